@@ -1,0 +1,197 @@
+"""One arm, one fresh worker process: engine start, resolved config, warm-up, trials, results on disk.
+
+vLLM does not reliably free device memory when an engine is deleted, so each arm's engine lives and
+dies in its own spawned process; the notebook kernel never holds an engine. The worker writes its
+results into a private folder and the parent reads them back; if the worker dies, its log tells why.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOG_TAIL_LINES = 40
+
+_FAILURE_CAUSES = [  # (cause, pattern in the log), most specific first
+    ("kv_cache_too_small", r"larger than the (?:maximum number of tokens that can be stored|available KV cache)"
+                           r"|No available memory for the cache blocks|KV cache (?:is )?(?:too small|insufficient)"
+                           r"|max_model_len .* KV cache|To serve at least one request"),
+    ("out_of_memory", r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory"),
+    ("backend_unavailable", r"Selected backend .* is not valid|No valid attention backend"),
+    ("unsupported_configuration", r"Unsupported .* configuration|NotImplementedError|is not supported"),
+    ("graph_capture_failed", r"(?:CUDA graph|cudagraph).*(?:fail|error)"),
+    ("bad_engine_argument", r"TypeError: .*unexpected keyword|pydantic.*ValidationError|ValidationError"),
+]
+
+
+def classify_failure(log_tail: str, exitcode: int | None, timed_out: bool) -> str:
+    """A short cause a user can act on, from the worker's exit and the end of its log."""
+    if timed_out:
+        return "timeout"
+    for cause, pattern in _FAILURE_CAUSES:
+        if re.search(pattern, log_tail, re.IGNORECASE):
+            return cause
+    if exitcode is not None and exitcode < 0:
+        return "killed_by_signal_" + signal.Signals(-exitcode).name + (
+            " (often the host's out-of-memory killer)" if exitcode == -signal.SIGKILL else "")
+    return "engine_error"
+
+
+@dataclass
+class ArmJob:
+    """Everything a worker needs, as plain data (it crosses a spawn boundary)."""
+
+    arm: str
+    engine_args: dict
+    workload: dict
+    protocol: dict
+    vocab_size: int
+    platform_kind: str
+
+
+@dataclass
+class ArmOutcome:
+    status: str  # "complete" or "failed"
+    workdir: Path
+    cause: str | None = None
+    log_tail: str = ""
+    seconds: float = 0.0
+    facts: dict = field(default_factory=dict)
+
+
+def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    if not path.exists():
+        return ""
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> ArmOutcome:
+    """Run one arm in a fresh spawned process and wait for it; never raises for an engine failure."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir)), name=f"labkit-arm-{job.arm}")
+    start = time.monotonic()
+    proc.start()
+    progress_file, seen, timed_out = workdir / "progress.jsonl", 0, False
+    try:
+        while proc.is_alive():
+            proc.join(0.5)
+            if on_progress and progress_file.exists():
+                events = progress_file.read_text().splitlines()
+                for line in events[seen:]:
+                    on_progress(json.loads(line))
+                seen = len(events)
+            if time.monotonic() - start > timeout_s:
+                timed_out = True
+                break
+    finally:
+        if proc.is_alive():  # timeout or the user interrupted: take the engine's processes down too
+            _kill_group(proc.pid)
+            proc.join(10)
+    seconds = time.monotonic() - start
+    result_file = workdir / "result.json"
+    log_tail = read_tail(workdir / "engine.log")
+    if result_file.exists() and not timed_out:
+        result = json.loads(result_file.read_text())
+        if result["status"] == "complete":
+            return ArmOutcome("complete", workdir, seconds=seconds, facts=result["facts"])
+        log_tail = read_tail(workdir / "engine.log", LOG_TAIL_LINES) + "\n" + result.get("error", "")
+    cause = classify_failure(log_tail, proc.exitcode, timed_out)
+    return ArmOutcome("failed", workdir, cause=cause, log_tail=log_tail, seconds=seconds)
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(2)
+
+
+# ---- inside the worker process ---------------------------------------------------------------------
+def worker_main(job: dict, workdir: str) -> None:
+    os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
+    out = Path(workdir)
+    log = open(out / "engine.log", "ab", buffering=0)
+    os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors
+    os.dup2(log.fileno(), 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    try:
+        asyncio.run(_measure(ArmJob(**job), out))
+    except BaseException as exc:  # recorded, never raised: the parent classifies it from the log
+        traceback.print_exc()
+        _write_json(out / "result.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        sys.stdout.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)  # engine teardown threads must not hold the process open after results are safe
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _progress(out: Path, **event) -> None:
+    with open(out / "progress.jsonl", "a") as f:
+        f.write(json.dumps(event) + "\n")
+
+
+def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
+    unknown = sorted(set(engine_args) - supported)
+    if unknown:
+        raise TypeError(f"unexpected keyword: this vLLM has no engine argument(s) {unknown}")
+    return engine_args
+
+
+async def _measure(job: ArmJob, out: Path) -> None:
+    import dataclasses
+
+    import pandas as pd
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from .environment import fingerprint
+    from .resolved import resolve
+    from .runner import Protocol, run_trial, warm_up
+    from .workload import Workload
+
+    workload, protocol = Workload.from_dict(job.workload), Protocol(**job.protocol)
+    supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    args = AsyncEngineArgs(**filter_engine_args(job.engine_args, supported))
+    _progress(out, stage="starting engine")
+    started = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(args)
+    init_s = time.perf_counter() - started
+    try:
+        sys.stdout.flush()
+        facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
+        facts["init_s"] = init_s
+        _progress(out, stage="warm-up")
+        await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests))
+        rows, trials = [], []
+        for trial in range(protocol.trials):
+            trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol)
+            rows += trial_rows
+            trials.append(summary)
+            _progress(out, stage="trial", trial=trial)
+        pd.DataFrame(rows).to_parquet(out / "requests.parquet")
+        pd.DataFrame(trials).to_parquet(out / "trials.parquet")
+        _write_json(out / "result.json", {"status": "complete", "facts": facts, "environment": fingerprint()})
+    finally:
+        try:
+            engine.shutdown()
+        except Exception:  # results are already safe on disk; a noisy teardown changes nothing
+            traceback.print_exc()

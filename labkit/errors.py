@@ -1,0 +1,17 @@
+"""The user-boundary errors of the lab: each message says what to do next."""
+
+
+class LabkitError(Exception):
+    """Base of every error a lab user is meant to read and act on."""
+
+
+class BadParameter(LabkitError, ValueError):
+    """A knob, workload or protocol value that cannot work; raised before any engine starts."""
+
+
+class NotApplicable(LabkitError):
+    """A knob that has no meaning on this platform or vLLM version (e.g. CUDA graphs on a CPU)."""
+
+
+class StoreConflict(LabkitError):
+    """Stored results that would be overwritten or mixed with results of a different spec."""

@@ -1,0 +1,152 @@
+"""An experiment: named arms (knob settings) measured under one workload and one protocol.
+
+Everything is checked before the first engine starts: knob values, workload, names, the model, that
+the longest request fits max_model_len, and that stored arms of the same name were measured with the
+same spec. Each arm then runs in its own worker process; a failing arm is recorded with its cause and
+the rest go on; arms already complete are skipped, so an interrupted experiment resumes where it stopped.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .engine import ArmJob, run_arm
+from .errors import BadParameter
+from .knobs import ArmPlan, check_knobs, plan_arm
+from .models import ModelRef, resolve_model
+from .platform import Platform, current_platform
+from .runner import Protocol
+from .store import ExperimentStore, Results, check_name, load
+from .workload import Workload
+
+CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
+
+
+def default_model(platform: Platform | None = None) -> str:
+    platform = platform or current_platform()
+    return "llama3-8b" if platform.kind == "cuda" else "tiny-llama"
+
+
+@dataclass
+class Experiment:
+    name: str
+    arms: dict[str, dict]  # arm name -> knobs that differ from `base`
+    workload: Workload
+    model: str = "auto"  # a synthetic shape name, a local model folder or a hub id; "auto": per platform
+    base: dict = field(default_factory=dict)  # knobs every arm shares
+    protocol: Protocol = field(default_factory=Protocol)
+    engine_args: dict = field(default_factory=dict)  # extra vLLM engine arguments, in vLLM's own names
+    arm_timeout_s: float = 1800.0
+    results_dir: str | Path | None = None
+    platform: Platform = field(default_factory=current_platform)
+
+    def __post_init__(self):
+        check_name(self.name, "experiment")
+        if not isinstance(self.arms, dict) or not self.arms:
+            raise BadParameter("arms must be a non-empty dict such as {'small': {'max_num_seqs': 4}}")
+        if not isinstance(self.workload, Workload):
+            raise BadParameter(f"workload must be a labkit Workload, got {type(self.workload).__name__}")
+        if not isinstance(self.protocol, Protocol):
+            raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
+        check_knobs(self.base, "base")
+        for arm, knobs in self.arms.items():
+            check_name(arm, "arm")
+            check_knobs({**self.base, **knobs}, f"arm {arm!r}")
+        if self.model == "auto":
+            self.model = default_model(self.platform)
+        self.store = ExperimentStore(self.name, self.results_dir)
+
+    # ---- planning (no engine) ------------------------------------------------------------------
+    def plans(self) -> dict[str, ArmPlan]:
+        return {arm: plan_arm({**self.base, **knobs}, self.platform, f"arm {arm!r}")
+                for arm, knobs in self.arms.items()}
+
+    def _engine_args(self, plan: ArmPlan, ref: ModelRef) -> dict:
+        args = {"model": ref.model, "load_format": ref.load_format, "disable_log_stats": False, "seed": 0}
+        if self.platform.kind == "cpu" and not {"kv_cache_memory_bytes", "gpu_memory_utilization"} & set(plan.knobs):
+            args["kv_cache_memory_bytes"] = CPU_DEFAULT_KV_BYTES
+        args.update(self.engine_args)
+        args.update(plan.engine_args)
+        return args
+
+    def _check_lengths(self, plan: ArmPlan, ref: ModelRef, arm: str) -> None:
+        limit = plan.knobs.get("max_model_len") or self.engine_args.get("max_model_len")
+        if limit is None and ref.shape is not None:
+            limit = ref.shape.max_position_embeddings
+        longest = self.workload.longest_request()
+        if limit is not None and longest > limit:
+            raise BadParameter(f"arm {arm!r}: the workload's longest request needs {longest} tokens but "
+                               f"max_model_len is {limit}; shorten the lengths or raise max_model_len")
+
+    def arm_spec(self, plan: ArmPlan, ref: ModelRef) -> dict:
+        args = {k: v for k, v in self._engine_args(plan, ref).items() if k != "model"}
+        return {"model": self.model, "shape": ref.to_dict()["shape"], "knobs": plan.knobs,
+                "engine_args": args, "workload": self.workload.to_dict(), "protocol": self.protocol.__dict__}
+
+    def plan_table(self) -> pd.DataFrame:
+        """What each arm will ask of vLLM here, or why it cannot run here: a dry run."""
+        rows = []
+        for arm, plan in self.plans().items():
+            rows.append({"arm": arm, "knobs": plan.knobs, "engine_args": plan.engine_args,
+                         "runs_here": plan.not_applicable is None, "why_not": plan.not_applicable})
+        return pd.DataFrame(rows)
+
+    # ---- running ---------------------------------------------------------------------------------
+    def run(self, progress: bool = True) -> Results:
+        from tqdm.auto import tqdm
+
+        plans = self.plans()
+        ref = resolve_model(self.model)
+        vocab = ref.shape.vocab_size if ref.shape else 32000
+        todo = []
+        for arm, plan in plans.items():  # every check before the first engine starts
+            if plan.not_applicable:
+                continue
+            self._check_lengths(plan, ref, arm)
+            spec = self.arm_spec(plan, ref)
+            if not self.store.check_resumable(arm, spec):
+                todo.append((arm, plan, spec))
+        self.store.begin({"name": self.name, "model": self.model, "arms": self.arms, "base": self.base,
+                          "workload": self.workload.to_dict(), "protocol": self.protocol.__dict__})
+        self.store.clean_work()
+        for arm, plan in plans.items():
+            if plan.not_applicable:
+                self.store.record_skip(arm, {"arm": arm, "reason": plan.not_applicable,
+                                             "spec": {"knobs": plan.knobs}})
+        bar = tqdm(todo, desc=f"{self.name}: arms", disable=not progress, unit="arm")
+        for arm, plan, spec in bar:
+            bar.set_postfix_str(arm)
+            self._run_one(arm, plan, spec, vocab, progress, bar)
+        bar.close()
+        return load(self.name, self.store.path.parent)
+
+    def _run_one(self, arm, plan, spec, vocab, progress, bar) -> None:
+        from tqdm.auto import tqdm
+
+        job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
+                     self.workload.to_dict(), self.protocol.__dict__, vocab, self.platform.kind)
+        trials = tqdm(total=self.protocol.trials, desc=f"  {arm}: trials", leave=False, disable=not progress)
+
+        def on_progress(event):
+            if event["stage"] == "trial":
+                trials.update(1)
+            else:
+                trials.set_postfix_str(event["stage"])
+        workdir = self.store.new_workdir(arm)
+        outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress)
+        trials.close()
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        if outcome.status == "complete":
+            import json
+            result = json.loads((workdir / "result.json").read_text())
+            self.store.commit_arm(arm, workdir, {"arm": arm, "spec": spec, "facts": outcome.facts,
+                                                 "environment": result.get("environment", {}),
+                                                 "seconds": outcome.seconds, "recorded_utc": now})
+        else:
+            where = self.store.record_failure(arm, workdir, {"arm": arm, "spec": spec, "cause": outcome.cause,
+                                                             "log_tail": outcome.log_tail,
+                                                             "seconds": outcome.seconds, "recorded_utc": now})
+            bar.write(f"arm {arm!r} failed: {outcome.cause} (log: {where / 'engine.log'})")

@@ -1,0 +1,151 @@
+"""The measurement protocol inside an arm's worker: warm-up, then timed trials over a streaming AsyncLLM.
+
+Every token's arrival is stamped in the client loop (`RequestOutputKind.DELTA`), which is what a
+streaming user sees: TTFT, each inter-token gap (TBT), TPOT and E2E per request. Engine counters
+(preemptions, prefix-cache hits) are read as deltas of vLLM's own metrics around each trial.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .workload import Burst, Concurrency, Request, Workload
+
+COUNTERS = {  # vLLM metric name -> column in the trial table
+    "vllm:num_preemptions": "preemptions",
+    "vllm:prefix_cache_queries": "prefix_cache_queries",
+    "vllm:prefix_cache_hits": "prefix_cache_hits",
+    "vllm:prompt_tokens": "engine_prompt_tokens",
+    "vllm:generation_tokens": "engine_generation_tokens",
+}
+KV_USAGE_GAUGE = "vllm:kv_cache_usage_perc"
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One fixed protocol per comparison: warm-up requests (never timed) and measured trials."""
+
+    trials: int = 3
+    warmup_requests: int = 8
+    kv_sample_interval_s: float = 0.1
+
+    def __post_init__(self):
+        from .errors import BadParameter
+        if not isinstance(self.trials, int) or self.trials < 1:
+            raise BadParameter(f"trials must be a positive integer, got {self.trials!r}")
+        if not isinstance(self.warmup_requests, int) or self.warmup_requests < 0:
+            raise BadParameter(f"warmup_requests must be >= 0, got {self.warmup_requests!r}")
+
+
+def read_counters() -> dict[str, float]:
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+    totals: dict[str, float] = {}
+    for metric in get_metrics_snapshot():
+        if metric.name in COUNTERS or metric.name == KV_USAGE_GAUGE:
+            totals[metric.name] = totals.get(metric.name, 0.0) + float(getattr(metric, "value", 0) or 0)
+    return totals
+
+
+async def _one_request(engine, request: Request, t0: float) -> dict:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, temperature=1.0, seed=request.index,
+                            output_kind=RequestOutputKind.DELTA)
+    stamps: list[float] = []
+    preemptions, finish_reason = 0, None
+    submitted = time.perf_counter()
+    async for out in engine.generate({"prompt_token_ids": request.prompt_token_ids}, params,
+                                     request_id=f"labkit-{next(_ids)}"):
+        now = time.perf_counter()
+        completion = out.outputs[0]
+        stamps.extend([now] * len(completion.token_ids))
+        if out.finished:
+            finish_reason = completion.finish_reason
+            preemptions = int(getattr(out.metrics, "num_preemptions", 0) or 0) if out.metrics else 0
+    gaps = np.diff(stamps) * 1e3 if len(stamps) > 1 else np.array([])
+    ttft = (stamps[0] - submitted) * 1e3 if stamps else float("nan")
+    e2e = (stamps[-1] - submitted) * 1e3 if stamps else float("nan")
+    return {
+        "request": request.index,
+        "prompt_tokens": len(request.prompt_token_ids),
+        "output_tokens": len(stamps),
+        "submitted_s": submitted - t0,
+        "ttft_ms": ttft,
+        "tpot_ms": (e2e - ttft) / (len(stamps) - 1) if len(stamps) > 1 else float("nan"),
+        "e2e_ms": e2e,
+        "itl_ms": gaps.tolist(),
+        "token_s": [s - t0 for s in stamps],
+        "preemptions": preemptions,
+        "finish_reason": finish_reason,
+    }
+
+
+async def drive(engine, requests: list[Request], arrival) -> tuple[list[dict], float]:
+    """Send the requests under the arrival process; return per-request rows and the trial's wall time."""
+    t0 = time.perf_counter()
+    if isinstance(arrival, Burst):
+        rows = await asyncio.gather(*(_one_request(engine, r, t0) for r in requests))
+    elif isinstance(arrival, Concurrency):
+        queue = list(reversed(requests))
+        rows = []
+
+        async def client():
+            while queue:
+                rows.append(await _one_request(engine, queue.pop(), t0))
+        await asyncio.gather(*(client() for _ in range(min(arrival.n, len(requests)))))
+    else:  # open loop: send at the scheduled offsets whatever the engine's state
+        async def timed(r: Request):
+            await asyncio.sleep(max(0.0, r.arrival_s - (time.perf_counter() - t0)))
+            return await _one_request(engine, r, t0)
+        rows = await asyncio.gather(*(timed(r) for r in requests))
+    return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
+
+
+async def _sample_kv_usage(samples: list[float], interval: float, stop: asyncio.Event):
+    while not stop.is_set():
+        samples.append(read_counters().get(KV_USAGE_GAUGE, 0.0))
+        try:
+            await asyncio.wait_for(stop.wait(), interval)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol):
+    requests = workload.build(vocab_size, content_seed=1000 + trial)
+    before = read_counters()
+    kv_samples: list[float] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample_kv_usage(kv_samples, protocol.kv_sample_interval_s, stop))
+    rows, duration = await drive(engine, requests, workload.arrival)
+    stop.set()
+    await sampler
+    after = read_counters()
+    for row in rows:
+        row["trial"] = trial
+    output_tokens = sum(r["output_tokens"] for r in rows)
+    prompt_tokens = sum(r["prompt_tokens"] for r in rows)
+    summary = {
+        "trial": trial,
+        "duration_s": duration,
+        "requests": len(rows),
+        "request_s": len(rows) / duration,
+        "output_tok_s": output_tokens / duration,
+        "total_tok_s": (output_tokens + prompt_tokens) / duration,
+        "kv_usage_peak_pct": 100 * max(kv_samples, default=0.0),
+    }
+    for name, column in COUNTERS.items():
+        summary[column] = after.get(name, 0.0) - before.get(name, 0.0)
+    return rows, summary
+
+
+async def warm_up(engine, workload: Workload, vocab_size: int, count: int) -> None:
+    """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
+    if count:
+        requests = workload.build(vocab_size, content_seed=999)[:count]
+        await drive(engine, requests, Burst())

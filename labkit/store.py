@@ -1,0 +1,177 @@
+"""Append-only results on disk, loaded back as pandas DataFrames.
+
+    data/results/<experiment>/
+        experiment.json          the spec of the first run (never rewritten)
+        arms/<arm>/              one complete arm: arm.json, requests.parquet, trials.parquet, engine.log
+        failures/<arm>-<utc>/    every failed attempt: failure.json, engine.log
+        skipped/<arm>.json       arms that cannot run on this platform, and why
+        .work/                   workers write here; a folder moves into arms/ or failures/ in one rename
+
+A complete arm is never overwritten: rerunning an experiment skips it (resume). An arm whose stored
+spec differs from the one asked for is a conflict, reported before any engine starts.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import BadParameter, StoreConflict
+
+_SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
+
+
+def default_results_dir() -> Path:
+    return Path(os.environ.get("LABKIT_RESULTS_DIR", Path(__file__).resolve().parent.parent / "data" / "results"))
+
+
+def check_name(name: str, what: str) -> str:
+    if not name or not set(name) <= _SAFE or name.startswith("."):
+        raise BadParameter(f"{what} name {name!r} must be letters, digits and - _ . = + (used as a folder name)")
+    return name
+
+
+def spec_hash(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def _utc_stamp() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+class ExperimentStore:
+    """The folder of one experiment."""
+
+    def __init__(self, name: str, root: str | Path | None = None):
+        self.name = check_name(name, "experiment")
+        self.path = Path(root or default_results_dir()) / name
+
+    def arm_dir(self, arm: str) -> Path:
+        return self.path / "arms" / arm
+
+    def begin(self, spec: dict) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not (self.path / "experiment.json").exists():
+            write_json_atomic(self.path / "experiment.json", spec)
+
+    def completed_spec(self, arm: str) -> dict | None:
+        meta = self.arm_dir(arm) / "arm.json"
+        return json.loads(meta.read_text())["spec"] if meta.exists() else None
+
+    def check_resumable(self, arm: str, spec: dict) -> bool:
+        """True when the arm is already complete with this spec; a different stored spec is a conflict."""
+        stored = self.completed_spec(arm)
+        if stored is None:
+            return False
+        if spec_hash(stored) != spec_hash(spec):
+            changed = sorted(k for k in set(stored) | set(spec) if stored.get(k) != spec.get(k))
+            raise StoreConflict(
+                f"experiment {self.name!r} already holds arm {arm!r} measured with different {changed}. "
+                f"Give the experiment a new name to compare both, or move {self.arm_dir(arm)} away to remeasure.")
+        return True
+
+    def new_workdir(self, arm: str) -> Path:
+        work = self.path / ".work" / f"{arm}-{uuid.uuid4().hex[:8]}"
+        work.mkdir(parents=True)
+        return work
+
+    def commit_arm(self, arm: str, workdir: Path, meta: dict) -> Path:
+        write_json_atomic(workdir / "arm.json", meta)
+        target = self.arm_dir(arm)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():
+            raise StoreConflict(f"{target} appeared while this arm ran; nothing was overwritten "
+                                f"(the new measurement stays in {workdir})")
+        os.rename(workdir, target)
+        return target
+
+    def record_failure(self, arm: str, workdir: Path, meta: dict) -> Path:
+        write_json_atomic(workdir / "failure.json", meta)
+        target = self.path / "failures" / f"{arm}-{_utc_stamp()}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(workdir, target)
+        return target
+
+    def record_skip(self, arm: str, meta: dict) -> None:
+        target = self.path / "skipped" / f"{arm}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            write_json_atomic(target, meta)
+
+    def clean_work(self) -> None:
+        """Leftovers of killed runs hold no complete result; they are removed, not resumed from."""
+        shutil.rmtree(self.path / ".work", ignore_errors=True)
+
+
+@dataclass
+class Results:
+    """An experiment's stored results as DataFrames."""
+
+    name: str
+    path: Path
+    spec: dict
+    arms: pd.DataFrame  # one row per arm: status, cause, knobs and resolved facts
+    requests: pd.DataFrame  # one row per measured request
+    trials: pd.DataFrame  # one row per trial
+    environment: dict  # arm -> fingerprint of the worker that measured it
+
+    @property
+    def complete_arms(self) -> list[str]:
+        return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
+
+
+def load(name: str, root: str | Path | None = None) -> Results:
+    store = ExperimentStore(name, root)
+    if not (store.path / "experiment.json").exists():
+        raise BadParameter(f"no stored experiment {name!r} under {store.path.parent}")
+    spec = json.loads((store.path / "experiment.json").read_text())
+    rows, requests, trials, environment = [], [], [], {}
+    for meta_file in sorted((store.path / "arms").glob("*/arm.json")):
+        meta = json.loads(meta_file.read_text())
+        arm = meta["arm"]
+        rows.append({"arm": arm, "status": "complete", "cause": None, **_flat(meta)})
+        environment[arm] = meta.get("environment", {})
+        for table, frames in (("requests", requests), ("trials", trials)):
+            frame = pd.read_parquet(meta_file.parent / f"{table}.parquet")
+            frames.append(frame.assign(arm=arm))
+    done = {r["arm"] for r in rows}
+    for fail_file in sorted((store.path / "failures").glob("*/failure.json")):
+        meta = json.loads(fail_file.read_text())
+        if meta["arm"] not in done:  # the latest failure of an arm that never completed
+            rows = [r for r in rows if r["arm"] != meta["arm"]]
+            rows.append({"arm": meta["arm"], "status": "failed", "cause": meta["cause"],
+                         "log_tail": meta.get("log_tail", ""), "evidence": str(fail_file.parent), **_flat(meta)})
+    for skip_file in sorted((store.path / "skipped").glob("*.json")):
+        meta = json.loads(skip_file.read_text())
+        if meta["arm"] not in done:
+            rows.append({"arm": meta["arm"], "status": "not applicable", "cause": meta["reason"], **_flat(meta)})
+    order = list(spec.get("arms", {}))
+    arms = pd.DataFrame(rows)
+    if not arms.empty:
+        arms["_order"] = arms.arm.map(lambda a: order.index(a) if a in order else len(order))
+        arms = arms.sort_values("_order").drop(columns="_order").reset_index(drop=True)
+    return Results(name, store.path, spec, arms,
+                   pd.concat(requests, ignore_index=True) if requests else pd.DataFrame(),
+                   pd.concat(trials, ignore_index=True) if trials else pd.DataFrame(), environment)
+
+
+def _flat(meta: dict) -> dict:
+    flat = {f"knob.{k}": v for k, v in meta.get("spec", {}).get("knobs", {}).items()}
+    flat.update(meta.get("facts", {}))
+    for key in ("seconds", "recorded_utc"):
+        if key in meta:
+            flat[key] = meta[key]
+    return {k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in flat.items()}
