@@ -109,7 +109,8 @@ class Experiment:
             spec = self.arm_spec(plan, ref)
             if not self.store.check_resumable(arm, spec):
                 todo.append((arm, plan, spec))
-        self.store.begin({"name": self.name, "model": self.model, "arms": self.arms, "base": self.base,
+        self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
+                          "arms": self.arms, "base": self.base,
                           "workload": self.workload.to_dict(), "protocol": self.protocol.__dict__})
         self.store.clean_work()
         for arm, plan in plans.items():

@@ -1,0 +1,23 @@
+# Two commands do all the set-up: `make quickstart` (the main job) and `make test` (the whole suite).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: setup quickstart test unit lab bench
+setup:
+	./scripts/setup-env
+
+quickstart: setup
+	$(VENV)/bin/labkit run notebooks/00_quickstart.ipynb $(ARGS)
+
+test: setup
+	$(PY) -m pytest $(ARGS)
+
+unit: setup
+	$(PY) -m pytest tests/unit $(ARGS)
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks/
+
+bench: setup
+	$(PY) benchmarks/harness_tax.py $(ARGS)

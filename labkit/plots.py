@@ -1,0 +1,48 @@
+"""Plots: pure functions of stored results (never of live engines), returning matplotlib figures."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use(matplotlib.get_backend())  # respect the notebook's inline backend; Agg when headless
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from .stats import METRICS, summarize
+
+
+def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFrame | None = None):
+    """One panel per metric: each arm's value with its 95 % confidence interval."""
+    summary = summary if summary is not None else summarize(results, metrics)
+    names = list(dict.fromkeys(summary.metric))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
+    palette = sns.color_palette("colorblind", summary.arm.nunique())
+    for ax, name in zip(axes[0], names):
+        part = summary[summary.metric == name]
+        x = np.arange(len(part))
+        err = np.vstack([part.value - part.ci_low, part.ci_high - part.value])
+        ax.bar(x, part.value, yerr=err, capsize=4, color=palette[:len(part)])
+        ax.set_xticks(x, part.arm, rotation=30, ha="right")
+        better = "lower is better" if METRICS[name].lower_is_better else "higher is better"
+        ax.set_title(f"{name}\n({better})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def latency_cdf(results, column: str = "ttft_ms"):
+    """Cumulative distribution of a per-request latency (or of every inter-token gap with 'itl_ms')."""
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for arm in results.complete_arms:
+        frame = results.requests[results.requests.arm == arm]
+        values = (np.concatenate([np.asarray(v, float) for v in frame[column]]) if column == "itl_ms"
+                  else frame[column].to_numpy(float))
+        values = np.sort(values[~np.isnan(values)])
+        if len(values):
+            ax.plot(values, np.arange(1, len(values) + 1) / len(values), label=arm)
+    ax.set_xlabel(column.replace("_ms", " (ms)"))
+    ax.set_ylabel("fraction of " + ("tokens" if column == "itl_ms" else "requests"))
+    ax.set_xscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
