@@ -40,7 +40,11 @@ def classify_failure(log_tail: str, exitcode: int | None, timed_out: bool) -> st
         if re.search(pattern, log_tail, re.IGNORECASE):
             return cause
     if exitcode is not None and exitcode < 0:
-        return "killed_by_signal_" + signal.Signals(-exitcode).name + (
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = str(-exitcode)
+        return f"killed_by_signal_{name}" + (
             " (often the host's out-of-memory killer)" if exitcode == -signal.SIGKILL else "")
     return "engine_error"
 

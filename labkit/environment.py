@@ -67,12 +67,13 @@ def _nvidia_smi_facts() -> dict:
 
 
 def hardware_key(gpus: tuple[str, ...] | None = None, cpu: str | None = None) -> str:
-    """A short, stable name for baselines: 'h200', 'h200x2', 'cpu-intel-xeon-platinum-8481c'."""
+    """A short, stable name for baselines: 'h200', 'h100-80gb-hbm3x2', 'cpu-intel-xeon-platinum-8481c'.
+
+    Variants with different peaks (PCIe vs SXM, 40 vs 80 GB) keep distinct names."""
     gpus = nvidia_gpus() if gpus is None else gpus
     if gpus:
         name = re.sub(r"^nvidia\s+", "", gpus[0].lower())
         slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-")
-        slug = re.sub(r"-(?:nvl|sxm\d?|pcie|\d+gb|hbm\w*)\b.*$", "", slug) or slug
         return slug + (f"x{len(gpus)}" if len(gpus) > 1 else "")
     model = (cpu or cpu_model()).lower()
     model = re.sub(r"\(r\)|\(tm\)|cpu|processor|@.*$|\d+-core", "", model)

@@ -112,6 +112,8 @@ class ModelShape:
             vocab_size=text["vocab_size"],
             max_position_embeddings=text.get("max_position_embeddings", 4096),
             tie_word_embeddings=bool(text.get("tie_word_embeddings", False)),
+            rope_theta=float(text.get("rope_theta", 10000.0)),
+            extra_config={"rms_norm_eps": text["rms_norm_eps"]} if text.get("rms_norm_eps", 1e-5) != 1e-5 else {},
         )
 
 

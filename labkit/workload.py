@@ -15,13 +15,18 @@ from .errors import BadParameter
 from .models import FIRST_TEXT_ID
 
 
+def _count(value) -> bool:
+    """A whole number of tokens/requests/clients (bool is an int in Python, but never a count)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 # ---- length distributions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fixed:
     n: int
 
     def __post_init__(self):
-        if not isinstance(self.n, (int, np.integer)) or self.n < 1:
+        if not _count(self.n) or self.n < 1:
             raise BadParameter(f"Fixed length must be a positive integer, got {self.n!r}")
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -34,7 +39,7 @@ class Uniform:
     high: int  # inclusive
 
     def __post_init__(self):
-        if not (1 <= self.low <= self.high):
+        if not (_count(self.low) and _count(self.high) and 1 <= self.low <= self.high):
             raise BadParameter(f"Uniform lengths need 1 <= low <= high, got low={self.low}, high={self.high}")
 
     def sample(self, rng, count):
@@ -75,7 +80,7 @@ class FromLog:
         text = Path(path).read_text().split()
         try:
             return cls(tuple(int(float(v)) for v in text))
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             raise BadParameter(f"{path}: expected one length per line ({exc})") from None
 
     def sample(self, rng, count):
@@ -101,7 +106,7 @@ class Concurrency:
     n: int
 
     def __post_init__(self):
-        if not isinstance(self.n, int) or self.n < 1:
+        if not _count(self.n) or self.n < 1:
             raise BadParameter(f"Concurrency needs a positive number of clients, got {self.n!r}")
 
     def offsets(self, rng, count):
@@ -148,10 +153,12 @@ class Workload:
     seed: int = 0
 
     def __post_init__(self):
-        if not isinstance(self.num_requests, int) or self.num_requests < 1:
+        if not _count(self.num_requests) or self.num_requests < 1:
             raise BadParameter(f"num_requests must be a positive integer, got {self.num_requests!r}")
-        if self.shared_prefix_len < 0 or self.num_prefixes < 1:
-            raise BadParameter("shared_prefix_len must be >= 0 and num_prefixes >= 1")
+        if not (_count(self.shared_prefix_len) and _count(self.num_prefixes)) \
+                or self.shared_prefix_len < 0 or self.num_prefixes < 1:
+            raise BadParameter("shared_prefix_len must be a whole number >= 0 and num_prefixes one >= 1, got "
+                               f"{self.shared_prefix_len!r} and {self.num_prefixes!r}")
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         rng = np.random.default_rng(self.seed)

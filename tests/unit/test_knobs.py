@@ -1,0 +1,176 @@
+"""Knob values, contradictions and their translation to engine arguments (no engine, no torch)."""
+import pytest
+
+from labkit.errors import BadParameter
+from labkit.knobs import KNOBS, check_knobs, plan_arm
+from labkit.platform import Platform
+
+CPU = Platform(kind="cpu", vllm_version=(0, 32, 0))
+H200 = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
+
+# knob -> (a value it accepts, a value it rejects)
+GOOD_AND_BAD = {
+    "cuda_graphs": (False, "yes"),
+    "enforce_eager": (True, 1),
+    "attention_backend": ("FLASH_ATTN", "FLASH_ATTENTION_9000"),
+    "max_num_seqs": (32, 0),
+    "max_num_batched_tokens": (2048, -5),
+    "enable_chunked_prefill": (True, "off"),
+    "enable_prefix_caching": (False, None),
+    "gpu_memory_utilization": (0.9, 1.5),
+    "kv_cache_memory_bytes": (1 << 30, 0),
+    "max_model_len": (4096, True),
+    "kv_cache_dtype": ("fp8", "int4"),
+    "quantization": ("fp8", "awq"),
+    "tensor_parallel_size": (1, 1.5),
+    "dtype": ("bfloat16", "int8"),
+}
+
+
+def test_table_covers_every_knob():
+    assert set(GOOD_AND_BAD) == set(KNOBS)
+
+
+@pytest.mark.parametrize("name", sorted(GOOD_AND_BAD))
+def test_knob_accepts_good_value(name):
+    good, _ = GOOD_AND_BAD[name]
+    assert KNOBS[name].check(good) is None
+    check_knobs({name: good})  # does not raise
+
+
+@pytest.mark.parametrize("name", sorted(GOOD_AND_BAD))
+def test_knob_rejects_bad_value_naming_the_knob(name):
+    _, bad = GOOD_AND_BAD[name]
+    assert KNOBS[name].check(bad) is not None
+    with pytest.raises(BadParameter, match=name):
+        check_knobs({name: bad}, where="arm 'x'")
+
+
+@pytest.mark.parametrize("value", [0, 1.0001, -0.1, True, "0.5"])
+def test_fraction_bounds(value):
+    with pytest.raises(BadParameter, match="gpu_memory_utilization"):
+        check_knobs({"gpu_memory_utilization": value})
+
+
+def test_fraction_upper_bound_inclusive():
+    check_knobs({"gpu_memory_utilization": 1})
+    check_knobs({"gpu_memory_utilization": 1.0})
+
+
+@pytest.mark.parametrize("value", [True, False, 2.0, "8"])
+def test_positive_int_rejects_bools_floats_and_text(value):
+    with pytest.raises(BadParameter, match="max_num_seqs"):
+        check_knobs({"max_num_seqs": value})
+
+
+def test_unknown_knob_rejected_listing_known_ones():
+    with pytest.raises(BadParameter) as info:
+        check_knobs({"max_num_seqs": 8, "max_batch": 4})
+    message = str(info.value)
+    assert "max_batch" in message
+    for known in KNOBS:
+        assert known in message
+
+
+def test_knobs_must_be_a_dict():
+    with pytest.raises(BadParameter, match="dict"):
+        check_knobs([("max_num_seqs", 8)])
+
+
+def test_enforce_eager_with_cuda_graphs_is_a_contradiction():
+    with pytest.raises(BadParameter, match="enforce_eager"):
+        check_knobs({"enforce_eager": True, "cuda_graphs": True})
+    check_knobs({"enforce_eager": True, "cuda_graphs": False})
+    check_knobs({"enforce_eager": False, "cuda_graphs": True})
+
+
+def test_kv_cache_bytes_with_memory_utilization_is_a_contradiction():
+    with pytest.raises(BadParameter, match="kv_cache_memory_bytes"):
+        check_knobs({"kv_cache_memory_bytes": 1 << 30, "gpu_memory_utilization": 0.5})
+
+
+def test_no_chunked_prefill_needs_budget_at_least_max_model_len():
+    with pytest.raises(BadParameter, match="max_num_batched_tokens"):
+        check_knobs({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048, "max_model_len": 4096})
+    check_knobs({"enable_chunked_prefill": False, "max_num_batched_tokens": 4096, "max_model_len": 4096})
+    check_knobs({"enable_chunked_prefill": True, "max_num_batched_tokens": 2048, "max_model_len": 4096})
+
+
+def test_bad_value_raises_before_platform_translation():
+    with pytest.raises(BadParameter):
+        plan_arm({"max_num_seqs": -1}, CPU)
+
+
+# ---- plan_arm on a CPU platform -----------------------------------------------------------------------
+@pytest.mark.parametrize("knobs, words", [
+    ({"cuda_graphs": True}, "NVIDIA GPU"),
+    ({"cuda_graphs": False}, "NVIDIA GPU"),
+    ({"quantization": "fp8"}, "NVIDIA GPU"),
+    ({"attention_backend": "FLASH_ATTN"}, "CPU_ATTN"),
+    ({"tensor_parallel_size": 2}, "tensor parallelism"),
+])
+def test_cpu_marks_gpu_knobs_not_applicable(knobs, words):
+    plan = plan_arm(knobs, CPU)
+    assert plan.not_applicable, f"{knobs} should not apply on CPU"
+    name = next(iter(knobs))
+    assert plan.not_applicable.startswith(f"{name}=")
+    assert words in plan.not_applicable
+    assert plan.engine_args == {}
+    assert plan.knobs == knobs
+
+
+def test_cpu_plan_for_portable_knobs():
+    knobs = {"max_num_seqs": 16, "enforce_eager": True, "attention_backend": "CPU_ATTN", "quantization": None,
+             "tensor_parallel_size": 1, "kv_cache_memory_bytes": 1 << 30}
+    plan = plan_arm(knobs, CPU)
+    assert plan.not_applicable is None
+    assert plan.engine_args == {"max_num_seqs": 16, "enforce_eager": True, "attention_backend": "CPU_ATTN",
+                                "quantization": None, "tensor_parallel_size": 1, "kv_cache_memory_bytes": 1 << 30}
+
+
+def test_plan_copies_the_knobs():
+    knobs = {"max_num_seqs": 4}
+    plan = plan_arm(knobs, CPU)
+    knobs["max_num_seqs"] = 99
+    assert plan.knobs == {"max_num_seqs": 4}
+
+
+# ---- plan_arm on one H200 -------------------------------------------------------------------------------
+def test_cuda_graphs_off_sets_cudagraph_mode_none():
+    plan = plan_arm({"cuda_graphs": False}, H200)
+    assert plan.not_applicable is None
+    assert plan.engine_args == {"compilation_config": {"cudagraph_mode": "NONE"}}
+
+
+def test_cuda_graphs_on_adds_nothing():
+    plan = plan_arm({"cuda_graphs": True}, H200)
+    assert plan.not_applicable is None
+    assert plan.engine_args == {}
+
+
+def test_enforce_eager_passes_through():
+    assert plan_arm({"enforce_eager": True}, H200).engine_args == {"enforce_eager": True}
+
+
+def test_tensor_parallel_needs_enough_gpus():
+    plan = plan_arm({"tensor_parallel_size": 2}, H200)
+    assert plan.not_applicable and "2 GPUs" in plan.not_applicable and "1" in plan.not_applicable
+    two = Platform("cuda", (0, 26, 0), ("NVIDIA H200", "NVIDIA H200"))
+    assert plan_arm({"tensor_parallel_size": 2}, two).engine_args == {"tensor_parallel_size": 2}
+
+
+def test_cuda_attention_backend():
+    plan = plan_arm({"attention_backend": "TRITON_ATTN"}, H200)
+    assert plan.not_applicable is None
+    assert plan.engine_args == {"attention_backend": "TRITON_ATTN"}
+    assert plan_arm({"attention_backend": "CPU_ATTN"}, H200).not_applicable
+
+
+def test_cuda_fp8_quantization_applies():
+    assert plan_arm({"quantization": "fp8"}, H200).engine_args == {"quantization": "fp8"}
+
+
+def test_engine_args_combine_across_knobs():
+    plan = plan_arm({"cuda_graphs": False, "max_num_seqs": 64, "enable_prefix_caching": False}, H200)
+    assert plan.engine_args == {"compilation_config": {"cudagraph_mode": "NONE"}, "max_num_seqs": 64,
+                                "enable_prefix_caching": False}

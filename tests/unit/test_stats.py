@@ -1,0 +1,215 @@
+"""Summaries and A/B verdicts on constructed results (no engine, no disk)."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit import stats
+from labkit.errors import BadParameter
+from labkit.store import Results
+
+TRIALS = 3
+PER_TRIAL = 60
+
+
+def _requests(arm, gen, ttft_scale=1.0, tpot_scale=1.0, itl=None):
+    rows = []
+    for trial in range(TRIALS):
+        for i in range(PER_TRIAL):
+            ttft = 100.0 * ttft_scale * gen.lognormal(0, 0.1)
+            tpot = 10.0 * tpot_scale * gen.lognormal(0, 0.1)
+            gaps = itl(trial, i) if itl else list(tpot * gen.lognormal(0, 0.05, size=5))
+            rows.append({"arm": arm, "trial": trial, "ttft_ms": ttft, "tpot_ms": tpot,
+                         "e2e_ms": ttft + tpot * len(gaps), "itl_ms": gaps, "prompt_tokens": 64,
+                         "output_tokens": len(gaps) + 1})
+    return rows
+
+
+def _trials(arm, tok_s):
+    return [{"arm": arm, "trial": t, "output_tok_s": v, "total_tok_s": 3 * v, "request_s": v / 10,
+             "preemptions": 0} for t, v in enumerate(tok_s)]
+
+
+def make_results(arm_specs, statuses=None):
+    """arm_specs: arm -> (request rows, trial rows)."""
+    requests, trials = [], []
+    for rows, trial_rows in arm_specs.values():
+        requests += rows
+        trials += trial_rows
+    statuses = statuses or {}
+    arms = pd.DataFrame([{"arm": a, "status": statuses.get(a, "complete")} for a in arm_specs])
+    return Results("fake", Path("/nonexistent"), {"arms": {a: {} for a in arm_specs}}, arms,
+                   pd.DataFrame(requests), pd.DataFrame(trials), {})
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """Two arms only: summaries and arm tables bootstrap every arm, so keep them small."""
+    gen = np.random.default_rng(1)
+    return make_results({
+        "base": (_requests("base", gen), _trials("base", [1000, 1010, 990, 1005, 995])),
+        "fast": (_requests("fast", gen, ttft_scale=0.7, tpot_scale=0.7),
+                 _trials("fast", [1400, 1410, 1390, 1405, 1395])),
+        "broken": ([], []),
+    }, statuses={"broken": "failed"})
+
+
+@pytest.fixture(scope="module")
+def results():
+    gen = np.random.default_rng(0)
+    return make_results({
+        "base": (_requests("base", gen), _trials("base", [1000, 1010, 990, 1005, 995])),
+        "same": (_requests("same", gen), _trials("same", [1002, 996, 1008, 994, 1001])),
+        "fast": (_requests("fast", gen, ttft_scale=0.7, tpot_scale=0.7),
+                 _trials("fast", [1400, 1410, 1390, 1405, 1395])),
+        "slow": (_requests("slow", gen, ttft_scale=1.5, tpot_scale=1.5),
+                 _trials("slow", [600, 610, 590, 605, 595])),
+        "plus3": (_requests("plus3", gen, ttft_scale=1.03), _trials("plus3", [1000, 1010, 990, 1005, 995])),
+        "broken": ([], []),
+    }, statuses={"broken": "failed"})
+
+
+def test_complete_arms_excludes_failed(results):
+    assert results.complete_arms == ["base", "same", "fast", "slow", "plus3"]
+
+
+def test_summarize_value_inside_ci(pair):
+    names = ["output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tbt_p99_ms"]
+    table = stats.summarize(pair, names)
+    assert len(table) == 2 * len(names)
+    assert list(dict.fromkeys(table.arm)) == ["base", "fast"]  # the failed arm has no row
+    for row in table.itertuples():
+        assert np.isfinite(row.value), row
+        assert row.ci_low <= row.value <= row.ci_high, row
+        assert row.ci_low < row.ci_high, row
+    base = table[(table.arm == "base") & (table.metric == "ttft_p50_ms")].iloc[0]
+    assert base.trials == TRIALS and base.n == TRIALS * PER_TRIAL
+    assert 90 < base.value < 110
+    tok = table[(table.arm == "base") & (table.metric == "output_tok_s")].iloc[0]
+    assert tok.value == pytest.approx(1000) and tok.n == 5
+
+
+def test_summarize_default_metrics(pair):
+    one = make_results({"base": (pair.requests[pair.requests.arm == "base"].to_dict("records"),
+                                 pair.trials[pair.trials.arm == "base"].to_dict("records"))})
+    table = stats.summarize(one)
+    assert len(table) == 5 and (table.arm == "base").all()
+    assert list(dict.fromkeys(table.metric)) == ["output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms",
+                                                 "tbt_p99_ms"]
+
+
+@pytest.mark.parametrize("name", ["ttft_p50_ms", "tbt_p99_ms"])
+def test_faster_candidate_is_better_on_latency(results, name):
+    c = stats.compare(results, "base", "fast", name)
+    assert c.verdict == "better", c.sentence()
+    assert c.rel_change < -0.2 and c.ci_high < 0
+
+
+@pytest.mark.parametrize("name", ["tpot_p50_ms", "e2e_mean_ms"])
+def test_slower_candidate_is_worse_on_latency(results, name):
+    c = stats.compare(results, "base", "slow", name)
+    assert c.verdict == "worse", c.sentence()
+    assert c.rel_change > 0.3 and c.ci_low > 0
+
+
+@pytest.mark.parametrize("name", ["ttft_p50_ms", "output_tok_s"])
+def test_same_distribution_no_detectable_difference(results, name):
+    c = stats.compare(results, "base", "same", name)
+    assert c.verdict == "no detectable difference", c.sentence()
+    assert c.ci_low < 0 < c.ci_high
+
+
+def test_throughput_higher_is_better(results):
+    faster = stats.compare(results, "base", "fast", "output_tok_s")
+    assert faster.verdict == "better" and faster.rel_change == pytest.approx(0.4)
+    slower = stats.compare(results, "base", "slow", "output_tok_s")
+    assert slower.verdict == "worse" and slower.rel_change == pytest.approx(-0.4)
+    assert stats.compare(results, "fast", "base", "output_tok_s").verdict == "worse"
+
+
+def test_threshold_hides_small_true_changes():
+    gen = np.random.default_rng(42)
+    base = [gen.normal(100, 0.5, 200) for _ in range(3)]
+    cand = [g * 1.03 for g in base]  # a true +3 % on a lower-is-better metric
+    m = stats.metric("ttft_mean_ms")
+    plain = stats.compare_groups(base, cand, m)
+    assert plain.verdict == "worse", plain.sentence()
+    assert plain.rel_change == pytest.approx(0.03)
+    assert stats.compare_groups(base, cand, m, threshold=0.05).verdict == "no detectable difference"
+    assert stats.compare_groups(base, cand, m, threshold=0.01).verdict == "worse"
+    faster = [g * 0.97 for g in base]
+    assert stats.compare_groups(base, faster, m, threshold=0.05).verdict == "no detectable difference"
+    assert stats.compare_groups(base, faster, m).verdict == "better"
+
+
+def test_threshold_on_arms(results):
+    # plus3: ttft 3 % slower; the whole CI may not exceed 50 %
+    assert stats.compare(results, "base", "plus3", "ttft_mean_ms", threshold=0.5).verdict == \
+        "no detectable difference"
+
+
+def test_compare_missing_arm(results):
+    with pytest.raises(BadParameter, match="nope"):
+        stats.compare(results, "base", "nope", "ttft_p50_ms")
+    with pytest.raises(BadParameter, match="broken"):
+        stats.compare(results, "broken", "base", "ttft_p50_ms")
+
+
+def test_unknown_metric(results):
+    with pytest.raises(BadParameter, match="ttft_p42_ms"):
+        stats.compare(results, "base", "fast", "ttft_p42_ms")
+    with pytest.raises(BadParameter):
+        stats.summarize(results, ["latency"])
+
+
+def test_token_metrics_pool_itl_lists():
+    # trial 0: one request with 1 gap of 100 ms, one with 9 gaps of 10 ms
+    lists = {(0, 0): [100.0], (0, 1): [10.0] * 9, (1, 0): [20.0, 30.0], (1, 1): [float("nan"), 40.0]}
+    rows = []
+    for (trial, i), gaps in lists.items():
+        rows.append({"arm": "a", "trial": trial, "ttft_ms": 1.0, "tpot_ms": 1.0, "e2e_ms": 1.0, "itl_ms": gaps,
+                     "prompt_tokens": 4, "output_tokens": len(gaps) + 1})
+    res = make_results({"a": (rows, _trials("a", [1.0]))})
+    m = stats.metric("tbt_mean_ms")
+    data = stats.groups(res, "a", m)
+    assert len(data) == 2
+    assert sorted(data[0].tolist()) == sorted([100.0] + [10.0] * 9)
+    assert sorted(data[1].tolist()) == [20.0, 30.0, 40.0]  # NaN gaps dropped
+    pooled = (100 + 90 + 20 + 30 + 40) / 13
+    assert stats.point(data, m) == pytest.approx(pooled)  # not the mean of per-request means
+    row = stats.summarize(res, ["tbt_mean_ms"]).iloc[0]
+    assert row.n == 13 and row.value == pytest.approx(pooled)
+    assert stats.point(stats.groups(res, "a", stats.metric("tbt_p50_ms")), stats.metric("tbt_p50_ms")) == 10.0
+
+
+def test_request_metrics_group_by_trial(results):
+    data = stats.groups(results, "base", stats.metric("ttft_p50_ms"))
+    assert len(data) == TRIALS and all(len(g) == PER_TRIAL for g in data)
+
+
+def test_metric_directions():
+    assert stats.metric("output_tok_s").lower_is_better is False
+    assert stats.metric("ttft_p99_ms").lower_is_better is True
+    assert stats.metric("tbt_p99_ms").level == "token" and stats.metric("tbt_p99_ms").percentile == 99
+
+
+def test_replicates_reproducible_and_empty():
+    m = stats.metric("ttft_p50_ms")
+    data = [np.arange(10.0), np.arange(10.0, 30.0)]
+    assert np.array_equal(stats.replicates(data, m, n_boot=50, seed=3), stats.replicates(data, m, n_boot=50, seed=3))
+    assert np.isnan(stats.replicates([], m, n_boot=5)).all()
+    assert np.isnan(stats.point([], m))
+
+
+def test_compare_arms_table(pair):
+    table = stats.compare_arms(pair, "base", metrics=["output_tok_s", "ttft_p50_ms"])
+    assert table.arm.tolist() == ["fast", "fast"] and table.metric.tolist() == ["output_tok_s", "ttft_p50_ms"]
+    assert (table.vs == "base").all()
+    fast = table[(table.arm == "fast") & (table.metric == "ttft_p50_ms")].iloc[0]
+    assert fast.verdict == "better"
+
+
+def test_sentence_mentions_verdict(results):
+    c = stats.compare(results, "base", "slow", "ttft_p50_ms")
+    assert c.sentence().startswith("ttft_p50_ms: ") and c.sentence().endswith("worse")

@@ -1,0 +1,163 @@
+"""The append-only experiment store: names, commits, conflicts, failures and loading back."""
+import json
+
+import pandas as pd
+import pytest
+
+from labkit.errors import BadParameter, StoreConflict
+from labkit.store import ExperimentStore, check_name, load
+
+SPEC_A = {"knobs": {"max_num_seqs": 8}, "workload": {"num_requests": 4}, "model": "tiny-llama"}
+
+
+def _workdir(store, arm, ttft=(10.0, 12.0)):
+    work = store.new_workdir(arm)
+    pd.DataFrame({"trial": [0] * len(ttft), "ttft_ms": list(ttft), "itl_ms": [[1.0, 2.0]] * len(ttft)}) \
+        .to_parquet(work / "requests.parquet")
+    pd.DataFrame({"trial": [0], "output_tok_s": [123.0]}).to_parquet(work / "trials.parquet")
+    (work / "engine.log").write_text(f"log of {arm}\n")
+    return work
+
+
+def _meta(arm, spec=SPEC_A, **extra):
+    return {"arm": arm, "spec": spec, "facts": {"attention_backend": "CPU_ATTN"}, "seconds": 1.5, **extra}
+
+
+@pytest.mark.parametrize("name", ["../x", "", "a/b", ".hidden", "..", "with space", "x\n"])
+def test_check_name_rejects(name):
+    with pytest.raises(BadParameter):
+        check_name(name, "experiment")
+    with pytest.raises(BadParameter):
+        ExperimentStore(name, root="/tmp")
+
+
+@pytest.mark.parametrize("name", ["baseline", "max_num_seqs=32", "a-b.c+d_E9"])
+def test_check_name_accepts(name):
+    assert check_name(name, "arm") == name
+
+
+def test_begin_writes_experiment_json_once(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({"version": 1, "arms": {"a": {}}})
+    path = tmp_path / "exp" / "experiment.json"
+    first = path.read_text()
+    assert json.loads(first) == {"version": 1, "arms": {"a": {}}}
+    stamp = path.stat().st_mtime_ns
+    store.begin({"version": 2})
+    assert path.read_text() == first and path.stat().st_mtime_ns == stamp
+    assert [p.name for p in (tmp_path / "exp").iterdir()] == ["experiment.json"]  # no temp files left
+
+
+def test_commit_arm_moves_workdir(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    work = _workdir(store, "a")
+    target = store.commit_arm("a", work, _meta("a"))
+    assert target == tmp_path / "exp" / "arms" / "a"
+    assert not work.exists()
+    assert {p.name for p in target.iterdir()} == {"arm.json", "requests.parquet", "trials.parquet", "engine.log"}
+    assert json.loads((target / "arm.json").read_text())["spec"] == SPEC_A
+
+
+def test_second_commit_conflicts_without_touching_the_first(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    target = store.commit_arm("a", _workdir(store, "a"), _meta("a"))
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    second = _workdir(store, "a", ttft=(99.0,))
+    with pytest.raises(StoreConflict):
+        store.commit_arm("a", second, _meta("a", spec={"other": True}))
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert second.exists() and (second / "requests.parquet").exists()  # the new measurement is kept
+
+
+def test_check_resumable(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    assert store.check_resumable("a", SPEC_A) is False
+    store.commit_arm("a", _workdir(store, "a"), _meta("a"))
+    assert store.check_resumable("a", dict(SPEC_A)) is True
+    changed = {**SPEC_A, "knobs": {"max_num_seqs": 16}, "extra": 1}
+    with pytest.raises(StoreConflict) as info:
+        store.check_resumable("a", changed)
+    message = str(info.value)
+    assert "'knobs'" in message and "'extra'" in message
+    assert "'model'" not in message and "'workload'" not in message
+
+
+def test_record_failure_never_overwrites(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    first = store.record_failure("b", _workdir(store, "b"), _meta("b", cause="out_of_memory"))
+    second = store.record_failure("b", _workdir(store, "b"), _meta("b", cause="timeout"))
+    assert first != second
+    assert first.exists() and second.exists()
+    folders = sorted((tmp_path / "exp" / "failures").iterdir())
+    assert len(folders) == 2 and all(f.name.startswith("b-") for f in folders)
+    causes = sorted(json.loads((f / "failure.json").read_text())["cause"] for f in folders)
+    assert causes == ["out_of_memory", "timeout"]
+
+
+def test_record_skip_keeps_the_first(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    store.record_skip("c", {"arm": "c", "reason": "first"})
+    store.record_skip("c", {"arm": "c", "reason": "second"})
+    assert json.loads((tmp_path / "exp" / "skipped" / "c.json").read_text())["reason"] == "first"
+
+
+def _populated(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({"arms": {"skip": {}, "fail": {}, "ok": {}, "recovered": {}}})
+    store.commit_arm("ok", _workdir(store, "ok", ttft=(10.0, 11.0, 12.0)), _meta("ok"))
+    store.record_failure("fail", _workdir(store, "fail"), _meta("fail", cause="timeout", log_tail="old"))
+    store.record_failure("fail", _workdir(store, "fail"),
+                         _meta("fail", cause="out_of_memory", log_tail="CUDA out of memory"))
+    # an arm that failed once and then completed counts as complete
+    store.record_failure("recovered", _workdir(store, "recovered"), _meta("recovered", cause="timeout"))
+    store.commit_arm("recovered", _workdir(store, "recovered", ttft=(20.0,)), _meta("recovered"))
+    store.record_skip("skip", {"arm": "skip", "reason": "cuda_graphs=True: needs an NVIDIA GPU",
+                               "spec": {"knobs": {"cuda_graphs": True}}})
+    return store
+
+
+def test_load(tmp_path):
+    _populated(tmp_path)
+    results = load("exp", root=tmp_path)
+    arms = results.arms.set_index("arm")
+    assert results.arms.arm.tolist() == ["skip", "fail", "ok", "recovered"]  # the spec's order
+    assert arms.loc["ok", "status"] == "complete" and arms.loc["recovered", "status"] == "complete"
+    assert arms.loc["fail", "status"] == "failed"
+    assert arms.loc["fail", "cause"] == "out_of_memory"  # the latest failure
+    assert arms.loc["fail", "log_tail"] == "CUDA out of memory"
+    assert arms.loc["skip", "status"] == "not applicable"
+    assert "NVIDIA GPU" in arms.loc["skip", "cause"]
+    assert arms.loc["ok", "knob.max_num_seqs"] == 8 and arms.loc["ok", "attention_backend"] == "CPU_ATTN"
+    assert results.complete_arms == ["ok", "recovered"]
+    assert len(results.requests) == 4 and set(results.requests.arm) == {"ok", "recovered"}
+    assert sorted(results.requests[results.requests.arm == "ok"].ttft_ms) == [10.0, 11.0, 12.0]
+    assert list(results.requests.itl_ms.iloc[0]) == [1.0, 2.0]
+    assert results.trials.arm.tolist().count("ok") == 1 and "output_tok_s" in results.trials
+    assert results.spec == {"arms": {"skip": {}, "fail": {}, "ok": {}, "recovered": {}}}
+
+
+def test_load_empty_experiment(tmp_path):
+    ExperimentStore("empty", root=tmp_path).begin({})
+    results = load("empty", root=tmp_path)
+    assert results.arms.empty and results.requests.empty and results.trials.empty
+
+
+def test_load_missing_experiment(tmp_path):
+    with pytest.raises(BadParameter, match="nothing-here"):
+        load("nothing-here", root=tmp_path)
+
+
+def test_clean_work(tmp_path):
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    work = _workdir(store, "x")
+    assert work.parent == tmp_path / "exp" / ".work"
+    store.clean_work()
+    assert not (tmp_path / "exp" / ".work").exists()
+    assert (tmp_path / "exp" / "experiment.json").exists()
+    store.clean_work()  # nothing to clean is fine
