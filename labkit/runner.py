@@ -55,7 +55,7 @@ async def _one_request(engine, request: Request, t0: float) -> dict:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, temperature=1.0, seed=request.index,
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, temperature=1.0,
                             output_kind=RequestOutputKind.DELTA)
     stamps: list[float] = []
     preemptions, finish_reason = 0, None

@@ -1,0 +1,31 @@
+import os
+import shutil
+
+import pytest
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("vllm") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_engine = pytest.mark.skip(reason="vLLM is not installed here (run `make test`, which installs it)")
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run through the device tool)")
+    has_vllm, has_gpu = _has_vllm(), shutil.which("nvidia-smi") is not None
+    if os.environ.get("LABKIT_REQUIRE_ENGINE") == "1":  # CI: a missing engine is a failure, not a skip
+        has_vllm = True
+    for item in items:
+        path = str(item.fspath)
+        if f"{os.sep}gpu{os.sep}" in path and not has_gpu:
+            item.add_marker(skip_gpu)
+        elif (f"{os.sep}engine{os.sep}" in path or f"{os.sep}notebooks{os.sep}" in path) and not has_vllm:
+            item.add_marker(skip_engine)
+
+
+@pytest.fixture
+def results_dir(tmp_path, monkeypatch):
+    """Each engine test gets its own results store."""
+    path = tmp_path / "results"
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(path))
+    return path

@@ -1,0 +1,83 @@
+"""Failures survived and interrupted experiments resumed, on the real CPU engine."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import textwrap
+
+import pytest
+
+import labkit as lk
+
+pytestmark = pytest.mark.engine
+
+WORKLOAD = lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst())
+PROTOCOL = lk.Protocol(trials=1, warmup_requests=2)
+EAGER = {"enforce_eager": True}  # the same real engine, without the compile wait
+
+
+def test_failing_arm_is_recorded_and_the_rest_runs(tmp_path):
+    exp = lk.Experiment(
+        "failures",
+        # 1 MiB of KV cache cannot hold one 4096-token request: vLLM refuses to start this engine
+        {"kv_too_small": {"kv_cache_memory_bytes": 1 << 20, "max_model_len": 4096}, "ok": {}},
+        WORKLOAD, model="tiny-llama", base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
+    results = exp.run(progress=False)
+    arms = results.arms.set_index("arm")
+    assert arms.loc["ok", "status"] == "complete"
+    assert arms.loc["kv_too_small", "status"] == "failed"
+    assert arms.loc["kv_too_small", "cause"] == "kv_cache_too_small", arms.loc["kv_too_small", "log_tail"]
+    assert "KV cache" in arms.loc["kv_too_small", "log_tail"]
+    assert len(results.requests) == 8 and set(results.requests.arm) == {"ok"}
+
+    first = (tmp_path / "failures" / "arms" / "ok" / "arm.json").read_text()
+    results = exp.run(progress=False)  # resume: the complete arm is kept as it was, the failed one retried
+    assert (tmp_path / "failures" / "arms" / "ok" / "arm.json").read_text() == first
+    assert len(list((tmp_path / "failures" / "failures").glob("kv_too_small-*"))) == 2
+
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    import labkit as lk
+    if __name__ == "__main__":
+        exp = lk.Experiment("killed", {"first": {"max_num_seqs": 2}, "second": {"max_num_seqs": 4}},
+                            lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst()), model="tiny-llama",
+                            base={"enforce_eager": True}, protocol=lk.Protocol(trials=1, warmup_requests=2),
+                            results_dir=sys.argv[1])
+        exp.run(progress=False)
+""")
+
+
+def test_killed_experiment_keeps_completed_arms_and_runs_only_the_rest(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
+    first_done = tmp_path / "killed" / "arms" / "first" / "arm.json"
+    deadline = time.time() + 600
+    while not first_done.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    assert first_done.exists(), "the first arm never completed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole experiment, its worker and engine processes
+    proc.wait()
+    assert not (tmp_path / "killed" / "arms" / "second").exists()
+    kept = first_done.read_text()
+
+    exp = lk.Experiment("killed", {"first": {"max_num_seqs": 2}, "second": {"max_num_seqs": 4}}, WORKLOAD,
+                        model="tiny-llama", base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
+    results = exp.run(progress=False)
+    assert first_done.read_text() == kept  # untouched, not remeasured
+    assert results.complete_arms == ["first", "second"]
+    assert json.loads(first_done.read_text())["recorded_utc"] <= json.loads(
+        (tmp_path / "killed" / "arms" / "second" / "arm.json").read_text())["recorded_utc"]
+
+
+def test_changed_spec_is_refused_before_any_engine_starts(tmp_path):
+    lk.Experiment("spec", {"a": {}}, WORKLOAD, model="tiny-llama", base=EAGER, protocol=PROTOCOL,
+                  results_dir=tmp_path).run(progress=False)
+    changed = lk.Experiment("spec", {"b": {}, "a": {"max_num_seqs": 3}}, WORKLOAD, model="tiny-llama",
+                            base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
+    with pytest.raises(lk.StoreConflict, match="different"):
+        changed.run(progress=False)
+    assert not (tmp_path / "spec" / "arms" / "b").exists()  # arm b was not run either

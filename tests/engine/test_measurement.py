@@ -1,0 +1,75 @@
+"""The real vLLM CPU engine on the tiny model: what the runner records, and that it measures real effects."""
+import json
+
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit import stats
+
+pytestmark = pytest.mark.engine
+
+OUTPUT_LEN, PROMPT_LEN = 16, 32
+
+
+@pytest.fixture(scope="module")
+def batch_results(tmp_path_factory):
+    """max_num_seqs 1 vs 16 on an offline burst: the same requests, one knob changed."""
+    exp = lk.Experiment(
+        "batch", {"seqs1": {"max_num_seqs": 1}, "seqs16": {"max_num_seqs": 16}},
+        lk.Workload(24, lk.Fixed(PROMPT_LEN), lk.Fixed(OUTPUT_LEN), lk.Burst()),
+        model="tiny-llama", protocol=lk.Protocol(trials=2, warmup_requests=4),
+        results_dir=tmp_path_factory.mktemp("results"))
+    return exp.run(progress=False)
+
+
+def test_every_arm_completes_with_exact_token_counts(batch_results):
+    assert batch_results.complete_arms == ["seqs1", "seqs16"]
+    req = batch_results.requests
+    assert len(req) == 2 * 2 * 24
+    assert (req.output_tokens == OUTPUT_LEN).all()
+    assert (req.prompt_tokens == PROMPT_LEN).all()
+    assert (req.finish_reason == "length").all()
+
+
+def test_timings_are_positive_and_monotonic(batch_results):
+    req = batch_results.requests
+    assert (req.ttft_ms > 0).all()
+    assert (req.e2e_ms >= req.ttft_ms).all()
+    for stamps, gaps in zip(req.token_s, req.itl_ms):
+        assert len(stamps) == OUTPUT_LEN and len(gaps) == OUTPUT_LEN - 1
+        assert np.all(np.diff(stamps) >= 0)
+        assert np.all(np.asarray(gaps) >= 0)
+    tpot = (req.e2e_ms - req.ttft_ms) / (OUTPUT_LEN - 1)
+    assert np.allclose(tpot, req.tpot_ms)
+
+
+def test_larger_batch_has_higher_throughput(batch_results):
+    verdict = stats.compare(batch_results, "seqs1", "seqs16", "output_tok_s")
+    assert verdict.verdict == "better", verdict.sentence()
+    assert verdict.rel_change > 0.5, verdict.sentence()
+
+
+def test_engine_counters_and_trials_recorded(batch_results):
+    trials = batch_results.trials
+    assert len(trials) == 4
+    assert (trials.engine_generation_tokens == 24 * OUTPUT_LEN).all()
+    assert (trials.engine_prompt_tokens == 24 * PROMPT_LEN).all()
+    assert (trials.preemptions == 0).all()
+
+
+def test_resolved_config_recorded(batch_results):
+    arms = batch_results.arms.set_index("arm")
+    assert arms.loc["seqs1", "max_num_seqs"] == 1 and arms.loc["seqs16", "max_num_seqs"] == 16
+    for arm in ("seqs1", "seqs16"):
+        assert arms.loc[arm, "attention_backend"] == "CPU_ATTN"
+        assert arms.loc[arm, "kv_cache_blocks"] > 0
+        assert arms.loc[arm, "kv_cache_tokens"] == arms.loc[arm, "kv_cache_tokens_logged"]
+        assert arms.loc[arm, "max_concurrency"] > 0
+        assert arms.loc[arm, "init_s"] > 0
+        assert arms.loc[arm, "cuda_graphs"] is False or arms.loc[arm, "cuda_graphs"] == False  # noqa: E712
+    env = batch_results.environment["seqs1"]
+    assert env["platform"] == "cpu" and env["packages"]["torch"].startswith("2.")
+    meta = json.loads((batch_results.path / "arms" / "seqs1" / "arm.json").read_text())
+    assert meta["spec"]["engine_args"]["max_num_seqs"] == 1
+    assert (batch_results.path / "arms" / "seqs1" / "engine.log").stat().st_size > 0
