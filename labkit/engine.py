@@ -32,12 +32,15 @@ _FAILURE_CAUSES = [  # (cause, pattern in the log), most specific first
 ]
 
 
-def classify_failure(log_tail: str, exitcode: int | None, timed_out: bool) -> str:
-    """A short cause a user can act on, from the worker's exit and the end of its log."""
+def classify_failure(log_text: str, exitcode: int | None, timed_out: bool) -> str:
+    """A short cause a user can act on, from the worker's exit and its log."""
     if timed_out:
         return "timeout"
+    # Only error lines count: warnings such as "X is not supported, falling back" are not causes.
+    errors = "\n".join(line for line in log_text.splitlines()
+                       if "ERROR" in line or re.search(r"(?:Error|Exception)\b", line))
     for cause, pattern in _FAILURE_CAUSES:
-        if re.search(pattern, log_tail, re.IGNORECASE):
+        if re.search(pattern, errors, re.IGNORECASE):
             return cause
     if exitcode is not None and exitcode < 0:
         try:
@@ -71,11 +74,15 @@ class ArmOutcome:
     facts: dict = field(default_factory=dict)
 
 
-def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    if not path.exists():
-        return ""
-    text = path.read_text(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
+def read_log(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def failure_summary(log_text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The first root-cause error line (vLLM prints it well above the end of its log), then the tail."""
+    root = re.search(r"^.*\b(?:[A-Z]\w*Error|Exception|OutOfMemoryError): .+$", log_text, re.MULTILINE)
+    tail = "\n".join(log_text.splitlines()[-lines:])
+    return (f"root cause: {root.group(0).strip()}\n...\n" if root else "") + tail
 
 
 def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> ArmOutcome:
@@ -103,14 +110,13 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
             proc.join(10)
     seconds = time.monotonic() - start
     result_file = workdir / "result.json"
-    log_tail = read_tail(workdir / "engine.log")
+    log_text = read_log(workdir / "engine.log")
     if result_file.exists() and not timed_out:
         result = json.loads(result_file.read_text())
         if result["status"] == "complete":
             return ArmOutcome("complete", workdir, seconds=seconds, facts=result["facts"])
-        log_tail = read_tail(workdir / "engine.log", LOG_TAIL_LINES) + "\n" + result.get("error", "")
-    cause = classify_failure(log_tail, proc.exitcode, timed_out)
-    return ArmOutcome("failed", workdir, cause=cause, log_tail=log_tail, seconds=seconds)
+    cause = classify_failure(log_text, proc.exitcode, timed_out)
+    return ArmOutcome("failed", workdir, cause=cause, log_tail=failure_summary(log_text), seconds=seconds)
 
 
 def _kill_group(pid: int) -> None:

@@ -146,3 +146,24 @@ def test_unsupported_argument_is_classified_as_bad_argument():
         message = f"{type(exc).__name__}: {exc}"  # what the worker records in result.json
     assert "bogus_arg" in message
     assert classify_failure(message, 1, False) == "bad_engine_argument"
+
+
+def test_root_cause_far_above_the_tail_is_found_and_quoted():
+    from labkit.engine import classify_failure, failure_summary
+    log = "\n".join(
+        ["(EngineCore pid=1) INFO 11-29 [cpu.py:1] Warm-up op is not supported, falling back"]
+        + ["(EngineCore pid=1) ERROR 11-29 [core.py:1510]   File \"x.py\", line 1"] * 5
+        + ["(EngineCore pid=1) ERROR 11-29 [core.py:1510] ValueError: To serve at least one request with the "
+           "model's max seq len (4096), (0.0 GiB KV cache is needed, which is larger than the available KV "
+           "cache memory (0.0 GiB)."]
+        + ["RuntimeError: Engine core initialization failed. See root cause above."]
+        + ["(MainProcess) INFO shutdown line"] * 100)
+    assert classify_failure(log, 1, False) == "kv_cache_too_small"
+    summary = failure_summary(log)
+    assert summary.startswith("root cause: ") and "larger than the available KV cache" in summary.splitlines()[0]
+
+
+def test_a_warning_is_not_a_cause():
+    from labkit.engine import classify_failure
+    log = "(Worker) WARNING something is not supported, falling back\nRuntimeError: worker died"
+    assert classify_failure(log, 1, False) == "engine_error"
