@@ -20,6 +20,7 @@ from pathlib import Path
 def plain_generate(engine_args: dict, workload: dict, vocab: int, trials: int) -> list[float]:
     from vllm import LLM, SamplingParams
 
+    from labkit.runner import content_seed
     from labkit.workload import Workload
 
     wl = Workload.from_dict(workload)
@@ -31,11 +32,11 @@ def plain_generate(engine_args: dict, workload: dict, vocab: int, trials: int) -
         params = [SamplingParams(max_tokens=r.max_tokens, ignore_eos=True, temperature=1.0) for r in reqs]
         return prompts, params
 
-    prompts, params = batch(999)  # the same warm-up as labkit's
+    prompts, params = batch(content_seed(0, -1))  # the same warm-up as labkit's
     llm.generate(prompts[:8], params[:8], use_tqdm=False)
     rates = []
     for trial in range(trials):
-        prompts, params = batch(1000 + trial)
+        prompts, params = batch(content_seed(0, trial))
         t = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
         elapsed = time.perf_counter() - t

@@ -58,7 +58,7 @@ class ArmJob:
 
     arm: str
     engine_args: dict
-    workload: dict
+    workloads: dict  # load name -> Workload.to_dict()
     protocol: dict
     vocab_size: int
     platform_kind: str
@@ -178,7 +178,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from .runner import Protocol, run_trial, warm_up
     from .workload import Workload
 
-    workload, protocol = Workload.from_dict(job.workload), Protocol(**job.protocol)
+    protocol = Protocol(**job.protocol)
     supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
     args = AsyncEngineArgs(**filter_engine_args(job.engine_args, supported))
     _progress(out, stage="starting engine")
@@ -189,14 +189,17 @@ async def _measure(job: ArmJob, out: Path) -> None:
         sys.stdout.flush()
         facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
         facts["init_s"] = init_s
-        _progress(out, stage="warm-up")
-        await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests))
         rows, trials = [], []
-        for trial in range(protocol.trials):
-            trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol)
-            rows += trial_rows
-            trials.append(summary)
-            _progress(out, stage="trial", trial=trial)
+        for index, (load, spec) in enumerate(job.workloads.items()):
+            workload = Workload.from_dict(spec)
+            _progress(out, stage=f"warm-up {load}")
+            await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
+                          load_index=index)
+            for trial in range(protocol.trials):
+                trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, index)
+                rows += [{**row, "load": load} for row in trial_rows]
+                trials.append({**summary, "load": load})
+                _progress(out, stage="trial", trial=trial, load=load)
         pd.DataFrame(rows).to_parquet(out / "requests.parquet")
         pd.DataFrame(trials).to_parquet(out / "trials.parquet")
         _write_json(out / "result.json", {"status": "complete", "facts": facts, "environment": fingerprint()})

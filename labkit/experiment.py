@@ -1,8 +1,9 @@
-"""An experiment: named arms (knob settings) measured under one workload and one protocol.
+"""An experiment: named arms (knob settings) measured under one or more loads and one protocol.
 
 Everything is checked before the first engine starts: knob values, workload, names, the model, that
 the longest request fits max_model_len, and that stored arms of the same name were measured with the
-same spec. Each arm then runs in its own worker process; a failing arm is recorded with its cause and
+same spec. Each arm then runs in its own worker process, which measures every load in turn on one
+engine (an engine start is the expensive part); a failing arm is recorded with its cause and
 the rest go on; arms already complete are skipped, so an interrupted experiment resumes where it stopped.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ def default_model(platform: Platform | None = None) -> str:
 class Experiment:
     name: str
     arms: dict[str, dict]  # arm name -> knobs that differ from `base`
-    workload: Workload
+    workload: Workload | dict[str, Workload]  # one load, or several named loads measured on each engine
     model: str = "auto"  # a synthetic shape name, a local model folder or a hub id; "auto": per platform
     base: dict = field(default_factory=dict)  # knobs every arm shares
     protocol: Protocol = field(default_factory=Protocol)
@@ -47,8 +48,12 @@ class Experiment:
         check_name(self.name, "experiment")
         if not isinstance(self.arms, dict) or not self.arms:
             raise BadParameter("arms must be a non-empty dict such as {'small': {'max_num_seqs': 4}}")
-        if not isinstance(self.workload, Workload):
-            raise BadParameter(f"workload must be a labkit Workload, got {type(self.workload).__name__}")
+        self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
+        if not self.loads or not all(isinstance(w, Workload) for w in self.loads.values()):
+            raise BadParameter("workload must be a labkit Workload or a non-empty dict of named Workloads, got "
+                               f"{self.workload!r}")
+        for load in self.loads:
+            check_name(load, "load")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
         check_knobs(self.base, "base")
@@ -76,7 +81,7 @@ class Experiment:
         limit = plan.knobs.get("max_model_len") or self.engine_args.get("max_model_len")
         if limit is None and ref.shape is not None:
             limit = ref.shape.max_position_embeddings
-        longest = self.workload.longest_request()
+        longest = max(w.longest_request() for w in self.loads.values())
         if limit is not None and longest > limit:
             raise BadParameter(f"arm {arm!r}: the workload's longest request needs {longest} tokens but "
                                f"max_model_len is {limit}; shorten the lengths or raise max_model_len")
@@ -84,7 +89,10 @@ class Experiment:
     def arm_spec(self, plan: ArmPlan, ref: ModelRef) -> dict:
         args = {k: v for k, v in self._engine_args(plan, ref).items() if k != "model"}
         return {"model": self.model, "shape": ref.to_dict()["shape"], "knobs": plan.knobs,
-                "engine_args": args, "workload": self.workload.to_dict(), "protocol": self.protocol.__dict__}
+                "engine_args": args, "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__}
+
+    def _workload_dicts(self) -> dict:
+        return {name: w.to_dict() for name, w in self.loads.items()}
 
     def plan_table(self) -> pd.DataFrame:
         """What each arm will ask of vLLM here, or why it cannot run here: a dry run."""
@@ -111,7 +119,7 @@ class Experiment:
                 todo.append((arm, plan, spec))
         self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
                           "arms": self.arms, "base": self.base,
-                          "workload": self.workload.to_dict(), "protocol": self.protocol.__dict__})
+                          "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__})
         self.store.clean_work()
         for arm, plan in plans.items():
             if plan.not_applicable:
@@ -128,8 +136,8 @@ class Experiment:
         from tqdm.auto import tqdm
 
         job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
-                     self.workload.to_dict(), self.protocol.__dict__, vocab, self.platform.kind)
-        trials = tqdm(total=self.protocol.trials, desc=f"  {arm}: trials", leave=False, disable=not progress)
+                     self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind)
+        trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False, disable=not progress)
 
         def on_progress(event):
             if event["stage"] == "trial":

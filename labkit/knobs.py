@@ -36,6 +36,12 @@ def _boolean(value) -> str | None:
     return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
 
 
+def _sizes(value) -> str | None:
+    ok = (isinstance(value, (list, tuple)) and value
+          and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
+    return None if ok else f"must be a non-empty list of positive batch sizes, got {value!r}"
+
+
 def _one_of(options) -> Callable[[Any], str | None]:
     return lambda v: None if v in options else f"must be one of {list(options)}, got {v!r}"
 
@@ -84,6 +90,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     # Graphs only, compile kept on: the clean A/B for launch overhead.
     Knob("cuda_graphs", "CUDA graph capture (False: cudagraph_mode NONE, torch.compile kept on)", _boolean,
          _cuda_only("CUDA graphs", lambda v: {} if v else {"compilation_config": {"cudagraph_mode": "NONE"}})),
+    Knob("cudagraph_capture_sizes", "the batch sizes CUDA graphs are captured for (others run uncaptured or "
+         "padded up)", _sizes,
+         _cuda_only("CUDA graph capture sizes",
+                    lambda v: {"compilation_config": {"cudagraph_capture_sizes": sorted(v)}})),
     # The confounded switch: turns off torch.compile and CUDA graphs together.
     Knob("enforce_eager", "run eagerly: no torch.compile, no CUDA graphs", _boolean,
          _pass_through("enforce_eager")),
@@ -131,6 +141,8 @@ def check_knobs(knobs: dict, where: str = "arm") -> None:
         problem = KNOBS[name].check(value)
         if problem:
             raise BadParameter(f"{where}: {name} {problem} ({KNOBS[name].meaning})")
+    if (knobs.get("enforce_eager") or knobs.get("cuda_graphs") is False) and "cudagraph_capture_sizes" in knobs:
+        raise BadParameter(f"{where}: cudagraph_capture_sizes has no effect with CUDA graphs off")
     if knobs.get("enforce_eager") and knobs.get("cuda_graphs") is True:
         raise BadParameter(f"{where}: enforce_eager=True already turns CUDA graphs off; "
                            "drop cuda_graphs=True or enforce_eager=True")

@@ -117,8 +117,15 @@ async def _sample_kv_usage(samples: list[float], interval: float, stop: asyncio.
             pass
 
 
-async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol):
-    requests = workload.build(vocab_size, content_seed=1000 + trial)
+def content_seed(load_index: int, trial: int) -> int:
+    """Fresh token content per load and trial (warm-up is trial -1): no load or trial is served from
+    another's prefix cache, since equal seeds would draw equal leading tokens."""
+    return 1_000_000 * load_index + 1000 + trial
+
+
+async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol,
+                    load_index: int = 0):
+    requests = workload.build(vocab_size, content_seed=content_seed(load_index, trial))
     before = read_counters()
     kv_samples: list[float] = []
     stop = asyncio.Event()
@@ -152,8 +159,8 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     return rows, summary
 
 
-async def warm_up(engine, workload: Workload, vocab_size: int, count: int) -> None:
+async def warm_up(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> None:
     """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
     if count:
-        requests = workload.build(vocab_size, content_seed=999)[:count]
+        requests = workload.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
         await drive(engine, requests, Burst())

@@ -56,6 +56,9 @@ def metric(name: str) -> Metric:
 
 def groups(results, arm: str, m: Metric) -> list[np.ndarray]:
     """The metric's raw values for one arm, one array per trial."""
+    if len(getattr(results, "loads", [])) > 1:
+        raise BadParameter(f"these results hold several loads {results.loads}: pick one with "
+                           "results.select(load) so that like is compared with like")
     if m.level == "trial":
         frame = results.trials[results.trials.arm == arm]
         return [frame[m.column].to_numpy(float)] if len(frame) else []

@@ -132,6 +132,17 @@ class Results:
     def complete_arms(self) -> list[str]:
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
 
+    @property
+    def loads(self) -> list[str]:
+        return list(dict.fromkeys(self.trials["load"])) if "load" in self.trials else []
+
+    def select(self, load: str) -> "Results":
+        """The same results restricted to one load (statistics compare like with like)."""
+        if load not in self.loads:
+            raise BadParameter(f"experiment {self.name!r} has no load {load!r}; its loads are {self.loads}")
+        return Results(self.name, self.path, self.spec, self.arms, self.requests[self.requests["load"] == load],
+                       self.trials[self.trials["load"] == load], self.environment)
+
 
 def load(name: str, root: str | Path | None = None) -> Results:
     store = ExperimentStore(name, root)

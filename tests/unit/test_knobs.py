@@ -11,6 +11,7 @@ H200 = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
 # knob -> (a value it accepts, a value it rejects)
 GOOD_AND_BAD = {
     "cuda_graphs": (False, "yes"),
+    "cudagraph_capture_sizes": ([1, 2, 4], [0, 2]),
     "enforce_eager": (True, 1),
     "attention_backend": ("FLASH_ATTN", "FLASH_ATTENTION_9000"),
     "max_num_seqs": (32, 0),
@@ -174,3 +175,16 @@ def test_engine_args_combine_across_knobs():
     plan = plan_arm({"cuda_graphs": False, "max_num_seqs": 64, "enable_prefix_caching": False}, H200)
     assert plan.engine_args == {"compilation_config": {"cudagraph_mode": "NONE"}, "max_num_seqs": 64,
                                 "enable_prefix_caching": False}
+
+
+def test_capture_sizes_knob_maps_to_compilation_config_and_merges():
+    from labkit.knobs import plan_arm
+    from labkit.platform import Platform
+    gpu = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
+    plan = plan_arm({"cudagraph_capture_sizes": [8, 1, 4, 2]}, gpu)
+    assert plan.engine_args == {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8]}}
+    assert plan_arm({"cudagraph_capture_sizes": [1]}, Platform("cpu", (0, 32, 0))).not_applicable
+    with pytest.raises(BadParameter, match="no effect"):
+        plan_arm({"cudagraph_capture_sizes": [1], "enforce_eager": True}, gpu)
+    with pytest.raises(BadParameter, match="positive batch sizes"):
+        plan_arm({"cudagraph_capture_sizes": [0]}, gpu)
