@@ -62,6 +62,7 @@ class ArmJob:
     protocol: dict
     vocab_size: int
     platform_kind: str
+    user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
 
 
 @dataclass
@@ -131,6 +132,8 @@ def _kill_group(pid: int) -> None:
 # ---- inside the worker process ---------------------------------------------------------------------
 def worker_main(job: dict, workdir: str) -> None:
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
+    # The user's tuning variables, read before vLLM's import sets its own (the CPU platform sets several).
+    job["user_variables"] = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "NCCL_"))}
     out = Path(workdir)
     log = open(out / "engine.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors
@@ -159,6 +162,17 @@ def _progress(out: Path, **event) -> None:
         f.write(json.dumps(event) + "\n")
 
 
+def _profiler_config(directory: Path):
+    """vLLM's own torch-profiler hook (engine argument `profiler_config`, in 0.26 and 0.32); Python stacks
+    and the frontend trace are left out: they multiply the trace size and the stop time."""
+    from vllm.config import ProfilerConfig
+
+    wanted = {"profiler": "torch", "torch_profiler_dir": str(directory.resolve()),
+              "torch_profiler_with_stack": False, "ignore_frontend": True}
+    fields = set(getattr(ProfilerConfig, "__dataclass_fields__", {})) or set(wanted)
+    return ProfilerConfig(**{k: v for k, v in wanted.items() if k in fields})
+
+
 def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
     unknown = sorted(set(engine_args) - supported)
     if unknown:
@@ -174,13 +188,17 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from .environment import fingerprint
+    from .profiling import find_traces
     from .resolved import resolve
-    from .runner import Protocol, run_trial, warm_up
+    from .runner import Protocol, profile_window, run_trial, warm_up
     from .workload import Workload
 
     protocol = Protocol(**job.protocol)
     supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-    args = AsyncEngineArgs(**filter_engine_args(job.engine_args, supported))
+    engine_args = dict(job.engine_args)
+    if protocol.profile_requests:
+        engine_args["profiler_config"] = _profiler_config(out / "profile")
+    args = AsyncEngineArgs(**filter_engine_args(engine_args, supported))
     _progress(out, stage="starting engine")
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(args)
@@ -200,9 +218,19 @@ async def _measure(job: ArmJob, out: Path) -> None:
                 rows += [{**row, "load": load} for row in trial_rows]
                 trials.append({**summary, "load": load})
                 _progress(out, stage="trial", trial=trial, load=load)
+        if protocol.profile_requests:
+            _progress(out, stage="profiling")
+            first = Workload.from_dict(next(iter(job.workloads.values())))
+            facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests)
+            traces = find_traces(out / "profile")
+            facts["profile_trace"] = str(traces[0].relative_to(out)) if traces else None
         pd.DataFrame(rows).to_parquet(out / "requests.parquet")
         pd.DataFrame(trials).to_parquet(out / "trials.parquet")
-        _write_json(out / "result.json", {"status": "complete", "facts": facts, "environment": fingerprint()})
+        environment = fingerprint()
+        environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
+                                      if k not in job.user_variables}
+        environment["tuning_variables"] = job.user_variables
+        _write_json(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})
     finally:
         try:
             engine.shutdown()

@@ -63,8 +63,13 @@ def _cuda_only(what: str, args: Callable[[Any], dict]) -> Callable[[Any, Platfor
     return to_args
 
 
+def offered_attention_backends(platform: Platform) -> tuple[str, ...]:
+    """The dense-model attention backends the lab sweeps on this platform."""
+    return ATTENTION_BACKENDS_CUDA if platform.kind == "cuda" else ATTENTION_BACKENDS_CPU
+
+
 def _attention_backend_args(value, platform: Platform) -> dict:
-    offered = ATTENTION_BACKENDS_CUDA if platform.kind == "cuda" else ATTENTION_BACKENDS_CPU
+    offered = offered_attention_backends(platform)
     if value not in offered:
         raise NotApplicable(f"attention backend {value} is not offered on {platform.kind}; "
                             f"this platform offers {list(offered)}")

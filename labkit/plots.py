@@ -46,3 +46,25 @@ def latency_cdf(results, column: str = "ttft_ms"):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
+    """One line per arm across the loads (e.g. TPOT against concurrency): cliffs show as jumps."""
+    from .stats import summarize
+
+    loads = loads or results.loads
+    rows = []
+    for load in loads:
+        part = summarize(results.select(load), [metric_name])
+        rows.append(part.assign(load=load))
+    frame = pd.concat(rows)
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for arm, part in frame.groupby("arm", sort=False):
+        x = [loads.index(load) for load in part.load]
+        ax.errorbar(x, part.value, yerr=[part.value - part.ci_low, part.ci_high - part.value], marker="o",
+                    capsize=3, label=arm)
+    ax.set_xticks(range(len(loads)), loads)
+    ax.set_ylabel(metric_name)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

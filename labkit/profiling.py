@@ -194,3 +194,29 @@ def find_traces(directory: str | Path) -> list[Path]:
     """Worker traces under a torch_profiler_dir, newest first; the frontend's async_llm traces are left out."""
     found = [p for p in Path(directory).rglob("*.pt.trace.json*") if ".async_llm." not in p.name]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def arm_trace(results, arm: str) -> Path:
+    """The stored worker trace of an arm measured with `Protocol(profile_requests=...)`."""
+    row = results.arms.set_index("arm").loc[arm] if arm in set(results.arms.arm) else None
+    trace = None if row is None else row.get("profile_trace")
+    if not isinstance(trace, str):
+        raise BadParameter(f"arm {arm!r} has no profiler trace: measure it with lk.Protocol(profile_requests=N)")
+    return results.path / "arms" / arm / trace
+
+
+def profile_arms(results, top: int = 10) -> dict[str, dict]:
+    """`analyse` for every complete arm that holds a trace."""
+    return {arm: analyse(arm_trace(results, arm), top) for arm in results.complete_arms}
+
+
+def side_by_side(analyses: dict[str, dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Time shares per category with one column per arm, and one row per arm with its gaps and verdict."""
+    shares = pd.concat({arm: a["shares"].set_index("category")["share_pct"] for arm, a in analyses.items()},
+                       axis=1).fillna(0.0)
+    verdicts = pd.DataFrame([{"arm": arm, "source": a["source"], "window_ms": a["window_ms"],
+                              "gaps": a["gaps"]["n_gaps"], "median_gap_us": a["gaps"]["median_gap_us"],
+                              "idle_pct": a["gaps"]["idle_share_pct"],
+                              "bottleneck": a["bottleneck"][0], "rule": a["bottleneck"][1]}
+                             for arm, a in analyses.items()])
+    return shares, verdicts

@@ -34,6 +34,7 @@ class Protocol:
     trials: int = 3
     warmup_requests: int = 8
     kv_sample_interval_s: float = 0.25
+    profile_requests: int = 0  # > 0: after the trials, a torch-profiler window over this many requests
 
     def __post_init__(self):
         from .errors import BadParameter
@@ -41,6 +42,8 @@ class Protocol:
             raise BadParameter(f"trials must be a positive integer, got {self.trials!r}")
         if not isinstance(self.warmup_requests, int) or self.warmup_requests < 0:
             raise BadParameter(f"warmup_requests must be >= 0, got {self.warmup_requests!r}")
+        if not isinstance(self.profile_requests, int) or self.profile_requests < 0:
+            raise BadParameter(f"profile_requests must be >= 0, got {self.profile_requests!r}")
 
 
 def read_counters() -> dict[str, float]:
@@ -157,6 +160,18 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     for name, column in COUNTERS.items():
         summary[column] = after.get(name, 0.0) - before.get(name, 0.0)
     return rows, summary
+
+
+async def profile_window(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> float:
+    """A torch-profiler capture of the load in steady state, after the timed trials (never inside one:
+    the profiler slows the engine down). Returns the window's wall time."""
+    requests = workload.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
+    await engine.start_profile()
+    try:
+        _, seconds = await drive(engine, requests, workload.arrival)
+    finally:
+        await engine.stop_profile()  # the worker writes its trace before this returns
+    return seconds
 
 
 async def warm_up(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> None:

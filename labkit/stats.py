@@ -174,3 +174,73 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None, t
             c = compare(results, baseline_arm, arm, name, threshold)
             rows.append({"arm": arm, "vs": baseline_arm, **c.__dict__})
     return pd.DataFrame(rows)
+
+
+def _per_load(results):
+    loads = getattr(results, "loads", [])
+    return [(load, results.select(load)) for load in loads] if len(loads) > 1 else [(loads[0] if loads else "default", results)]
+
+
+def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
+    """The record a team files: per load, arm and metric the value with its CI, and the change against
+    the baseline arm with its CI and verdict."""
+    rows = []
+    for load, part in _per_load(results):
+        summary = summarize(part, metrics)
+        for row in summary.itertuples():
+            entry = {"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,
+                     "ci_low": row.ci_low, "ci_high": row.ci_high}
+            if row.arm != baseline_arm and baseline_arm in part.complete_arms:
+                c = compare(part, baseline_arm, row.arm, row.metric, threshold)
+                entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict)
+            rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
+    """One line: which arm, if any, beats the baseline without losing on any metric."""
+    others = record.dropna(subset=["verdict"]) if "verdict" in record else record.iloc[0:0]
+    if others.empty:
+        return f"only {baseline_arm!r} was measured: nothing to compare"
+    lines = []
+    for arm, part in others.groupby("arm", sort=False):
+        better = sorted(set(part.loc[part.verdict == "better", "metric"]))
+        worse = sorted(set(part.loc[part.verdict == "worse", "metric"]))
+        if better and not worse:
+            lines.append(f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing: consider it")
+        elif worse and not better:
+            lines.append(f"{arm} is worse on {', '.join(worse)}: keep {baseline_arm}")
+        elif better:
+            lines.append(f"{arm} trades {', '.join(worse)} for {', '.join(better)}: choose by your SLO")
+        else:
+            lines.append(f"{arm}: no detectable difference from {baseline_arm} at this noise: keep {baseline_arm}")
+    return "; ".join(lines)
+
+
+def stepwise_contributions(results, metric_name: str, path: list[str]) -> pd.DataFrame:
+    """How much of the change from path[0] to path[-1] each step explains (e.g. eager -> compile only ->
+    compile + graphs: the share of the gap due to torch.compile and to CUDA graphs)."""
+    m = metric(metric_name)
+    values = [point(groups(results, arm, m), m) for arm in path]
+    total = values[-1] - values[0]
+    return pd.DataFrame([{"step": f"{a} -> {b}", metric_name: vb - va,
+                          "share_of_total_pct": 100 * (vb - va) / total if total else float("nan")}
+                         for a, b, va, vb in zip(path, path[1:], values, values[1:])])
+
+
+def ranking(results, metric_name: str) -> pd.DataFrame:
+    """Arms ordered best first; each compared with the best, so that ties within noise are called so."""
+    m = metric(metric_name)
+    summary = summarize(results, [metric_name]).sort_values("value", ascending=m.lower_is_better)
+    if summary.empty:
+        return summary
+    best = summary.arm.iloc[0]
+    verdicts = []
+    for arm in summary.arm:
+        if arm == best:
+            verdicts.append("best")
+            continue
+        c = compare(results, best, arm, metric_name)
+        verdicts.append("within noise of the best" if c.verdict == "no detectable difference"
+                        else f"{c.rel_change:+.1%} vs the best ({c.verdict})")
+    return summary.assign(rank=range(1, len(summary) + 1), verdict=verdicts).reset_index(drop=True)

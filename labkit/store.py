@@ -132,6 +132,11 @@ class Results:
     def complete_arms(self) -> list[str]:
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
 
+    def facts(self, *columns: str) -> pd.DataFrame:
+        """Arm, status and the named facts; a fact no arm recorded (e.g. graph capture on a CPU) shows as
+        missing instead of failing."""
+        return self.arms.reindex(columns=["arm", "status", *columns])
+
     @property
     def loads(self) -> list[str]:
         return list(dict.fromkeys(self.trials["load"])) if "load" in self.trials else []
