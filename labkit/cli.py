@@ -36,6 +36,32 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     return output
 
 
+EXIT_REGRESSION, EXIT_NOTEBOOK_FAILED = 1, 3
+
+
+def compare_and_report(run: Path, baseline: str | None, threshold: float, statuses: list[dict]) -> int:
+    """Compare a suite run with its baseline, write the report, print the verdicts; the exit status."""
+    from .baseline import compare_runs, environment_diff, pinned, suite_meta
+    from .report import write_report
+
+    base = Path(baseline) if baseline else pinned(suite_meta(run)["hardware_key"])
+    comparison = env_diff = None
+    if base:
+        comparison = compare_runs(run, base, threshold)
+        env_diff = environment_diff(run, base)
+        counts = comparison.verdict.value_counts().to_dict()
+        print(f"against {base}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        for row in comparison[comparison.verdict == "regression"].itertuples():
+            print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
+                  if isinstance(row.change, float) else f"  REGRESSION {row.experiment} {row.arm}: {row.note}")
+    else:
+        print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
+    print(f"report: {write_report(run, comparison, env_diff, statuses)}")
+    if comparison is not None and (comparison.verdict == "regression").any():
+        return EXIT_REGRESSION
+    return EXIT_NOTEBOOK_FAILED if any(s["status"] != "ok" for s in statuses) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .errors import LabkitError
 
@@ -46,11 +72,43 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     run.add_argument("-o", "--output-dir", help="where the executed notebook goes")
     sub.add_parser("env", help="print the environment fingerprint as JSON")
+    suite = sub.add_parser("suite", help="run every notebook (or a layer, or a list) unattended, compare with "
+                           "the pinned baseline, write the report; exit 1 on a regression, 3 on a failed notebook")
+    suite.add_argument("selection", nargs="*", help="layers (L3), folders (L3_kernel) or notebooks; default all")
+    suite.add_argument("--profile", help="parameter profile (cpu-smoke, cpu, gpu, h200); default by hardware")
+    suite.add_argument("--resume", metavar="RUN", help="finish an interrupted suite run")
+    suite.add_argument("--baseline", metavar="DIR", help="compare with this run instead of the pinned baseline")
+    suite.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (0.05 = 5 %%)")
+    pin = sub.add_parser("baseline", help="pin a suite run as the baseline for its hardware")
+    pin.add_argument("run")
+    cmp = sub.add_parser("compare", help="compare a suite run with a baseline and write its report")
+    cmp.add_argument("run")
+    cmp.add_argument("--baseline", metavar="DIR")
+    cmp.add_argument("--threshold", type=float, default=0.05)
+    sub.add_parser("journal", help="print the journal: change -> metric -> conclusion")
     args = parser.parse_args(argv)
     try:
         if args.command == "env":
             from .environment import fingerprint
             print(json.dumps(fingerprint(), indent=2))
+        elif args.command == "suite":
+            from . import journal, suite as suite_mod
+            from .baseline import suite_meta
+            run = suite_mod.run_suite(args.selection, args.profile, args.resume)
+            journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
+            print(f"suite run: {run}")
+            return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))
+        elif args.command == "baseline":
+            from .baseline import pin as pin_run
+            print(f"pinned: {pin_run(args.run)}")
+        elif args.command == "compare":
+            from .suite import statuses
+            return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run))
+        elif args.command == "journal":
+            from .journal import read
+            import pandas as pd
+            with pd.option_context("display.max_colwidth", 80, "display.width", 200):
+                print(read()[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
         else:
             params = {name: _value(value) for name, value in args.parameter}
             print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")

@@ -1,33 +1,69 @@
-"""Every notebook runs in smoke mode on the real CPU engine: papermill executes it with parameters, then
-nbval re-runs the executed copy (--nbval-lax: its assertion cells must pass; the store resumes, so the
-second run measures nothing twice)."""
+"""Every notebook in smoke mode on the real CPU engine, through the suite runner (papermill), then checked
+with nbval: --nbval-lax re-runs each executed copy and its assertion cells must pass (the store resumes,
+so the re-run measures nothing twice). The suite's report, journal and exit status are checked on the
+same real run."""
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
-import papermill
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+IDS = [str(p.relative_to(ROOT / "notebooks")) for p in NOTEBOOKS]
 
 pytestmark = pytest.mark.notebook
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[str(p.relative_to(ROOT / "notebooks")) for p in NOTEBOOKS])
-def test_notebook_smoke(notebook, tmp_path, monkeypatch):
-    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path / "results"))
-    executed = tmp_path / notebook.name
-    papermill.execute_notebook(str(notebook), str(executed), parameters={"smoke": True},
-                               cwd=str(notebook.parent), kernel_name="python3", progress_bar=False)
+def labkit(*args, env):
+    return subprocess.run([sys.executable, "-m", "labkit.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("suite")
+    env = {**os.environ, "LABKIT_RUNS_DIR": str(tmp / "runs"), "LABKIT_JOURNAL": str(tmp / "journal.jsonl"),
+           "LABKIT_BASELINES_DIR": str(tmp / "baselines")}
+    done = labkit("suite", "--profile", "cpu-smoke", env=env)
+    runs = list((tmp / "runs").iterdir())
+    assert len(runs) == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    return runs[0], done, env
+
+
+def test_suite_runs_every_notebook_and_exits_clean(suite_run):
+    run, done, _ = suite_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    statuses = {json.loads(p.read_text())["notebook"]: json.loads(p.read_text())["status"]
+                for p in run.glob("*.status.json")}
+    assert statuses == {nb: "ok" for nb in IDS}
+    assert "no pinned baseline" in done.stdout and (run / "report.html").exists()
+
+
+@pytest.mark.parametrize("notebook", IDS)
+def test_executed_notebook_passes_nbval(suite_run, notebook):
+    run, _, env = suite_run
+    executed = run / notebook.replace("/", "__")
     nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
     nbval = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                            str(executed)], cwd=tmp_path, capture_output=True, text=True, env=os.environ.copy())
+                            str(executed)], cwd=executed.parent, capture_output=True, text=True,
+                           env={**env, "LABKIT_RESULTS_DIR": str(run / "results")})
     assert nbval.returncode == 0, nbval.stdout[-4000:] + nbval.stderr[-2000:]
+
+
+def test_pinned_run_compared_with_itself_has_no_regression(suite_run):
+    run, _, env = suite_run
+    assert labkit("baseline", str(run), env=env).returncode == 0
+    compared = labkit("compare", str(run), env=env)
+    assert compared.returncode == 0, compared.stdout[-3000:] + compared.stderr[-2000:]
+    assert "regression" not in compared.stdout.split("report:")[0].replace("0 regression", "")
+    journal = [json.loads(line) for line in Path(env["LABKIT_JOURNAL"]).read_text().splitlines()]
+    assert {e["experiment"] for e in journal} >= {"quickstart-smoke", "cuda-graphs-smoke"}
 
 
 def test_source_notebooks_are_clean_and_parameterised():

@@ -1,0 +1,98 @@
+"""Baselines per hardware and regression verdicts: did anything change by more than the threshold?
+
+A change counts only when its whole 95 % interval lies beyond the threshold (default 5 %): a regression
+or an improvement; anything else is "no detectable change" at this noise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import BadParameter, StoreConflict
+from .stats import compare_groups, groups, metric
+from .store import load, write_json_atomic
+
+METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+BASELINES = Path(os.environ.get("LABKIT_BASELINES_DIR", Path(__file__).resolve().parent.parent / "data" / "baselines"))
+_VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change"}
+
+
+def suite_meta(run: str | Path) -> dict:
+    path = Path(run) / "suite.json"
+    if not path.exists():
+        raise BadParameter(f"{run} is not a suite run (no suite.json): make one with `labkit suite`")
+    return json.loads(path.read_text())
+
+
+def experiments(run: str | Path) -> list[str]:
+    root = Path(run) / "results"
+    return sorted(p.parent.name for p in root.glob("*/experiment.json")) if root.exists() else []
+
+
+def pin(run: str | Path, root: Path = BASELINES) -> Path:
+    """Copy a suite run into data/baselines/<hardware>/ and make it the pinned baseline there."""
+    run = Path(run)
+    hardware = suite_meta(run)["hardware_key"]
+    target = root / hardware / run.name
+    if target.exists():
+        raise StoreConflict(f"{target} exists already; baselines are never overwritten")
+    shutil.copytree(run, target, ignore=shutil.ignore_patterns(".work", "*.tmp"))
+    write_json_atomic(root / hardware / "pinned.json", {"run": run.name})
+    return target
+
+
+def pinned(hardware: str, root: Path = BASELINES) -> Path | None:
+    pointer = root / hardware / "pinned.json"
+    return root / hardware / json.loads(pointer.read_text())["run"] if pointer.exists() else None
+
+
+def _loads(results) -> list[tuple[str, object]]:
+    return [(name, results.select(name)) for name in results.loads] or [("default", results)]
+
+
+def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
+                 metrics: list[str] | None = None) -> pd.DataFrame:
+    """Per experiment, load, arm and metric: the relative change against the baseline and a verdict."""
+    here, there = suite_meta(run), suite_meta(baseline)
+    if here["hardware_key"] != there["hardware_key"]:
+        raise BadParameter(f"the baseline was measured on {there['hardware_key']} and this run on "
+                           f"{here['hardware_key']}: compare a run only with a baseline of the same hardware")
+    rows = []
+    names = sorted(set(experiments(run)) | set(experiments(baseline)))
+    for name in names:
+        if name not in experiments(run) or name not in experiments(baseline):
+            rows.append({"experiment": name, "verdict": "missing in this run" if name not in experiments(run)
+                         else "new: no baseline"})
+            continue
+        now, base = load(name, Path(run) / "results"), load(name, Path(baseline) / "results")
+        for arm in base.complete_arms:
+            if arm not in now.complete_arms:
+                rows.append({"experiment": name, "arm": arm, "verdict": "regression",
+                             "note": "complete in the baseline, not in this run"})
+        for (load_name, b), (_, n) in zip(_loads(base), _loads(now)):
+            for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
+                for name_m in metrics or METRICS:
+                    m = metric(name_m)
+                    c = compare_groups(groups(b, arm, m), groups(n, arm, m), m, threshold)
+                    rows.append({"experiment": name, "load": load_name, "arm": arm, "metric": name_m,
+                                 "baseline": c.baseline, "run": c.candidate, "change": c.rel_change,
+                                 "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": _VERDICT[c.verdict]})
+    columns = ["experiment", "load", "arm", "metric", "baseline", "run", "change", "ci_low", "ci_high",
+               "verdict", "note"]
+    return pd.DataFrame(rows).reindex(columns=columns)
+
+
+def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
+    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables."""
+    def flat(env: dict) -> dict:
+        out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "python", "os")}
+        out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
+        out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
+        return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
+    a, b = flat(suite_meta(baseline)["environment"]), flat(suite_meta(run)["environment"])
+    return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
+                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)])

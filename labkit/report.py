@@ -1,0 +1,69 @@
+"""One self-contained HTML report per suite run: the verdict table first, then each experiment's plots and
+conclusion. Figures are embedded, so the file can be mailed or attached to a ticket as it is."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import pandas as pd
+
+from .baseline import experiments
+from .store import load
+
+_STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
+font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}.regression{background:#f8d0d0}
+.improvement{background:#d0f0d0}</style>"""
+
+
+def _figure(fig) -> str:
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _verdict_table(comparison: pd.DataFrame) -> str:
+    if comparison is None or comparison.empty:
+        return "<p>No baseline for this hardware yet: pin this run with <code>labkit baseline RUN</code>.</p>"
+    order = {"regression": 0, "missing in this run": 1, "improvement": 2, "new: no baseline": 3}
+    table = comparison.assign(_o=comparison.verdict.map(order).fillna(9)).sort_values("_o").drop(columns="_o")
+    rows = []
+    for row in table.itertuples(index=False):
+        cells = "".join(f"<td>{'' if pd.isna(v) else html.escape(f'{v:.4g}' if isinstance(v, float) else str(v))}</td>"
+                        for v in row)
+        rows.append(f'<tr class="{row.verdict}">{cells}</tr>')
+    head = "".join(f"<th>{c}</th>" for c in table.columns)
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_diff: pd.DataFrame | None = None,
+                 statuses: list[dict] | None = None) -> Path:
+    from . import plots, stats
+
+    run = Path(run)
+    parts = [f"<html><head><meta charset='utf-8'><title>labkit suite {run.name}</title>{_STYLE}</head><body>",
+             f"<h1>Suite run {html.escape(run.name)}</h1><h2>Verdicts against the baseline</h2>",
+             _verdict_table(comparison)]
+    if statuses:
+        parts.append("<h2>Notebooks</h2>" + pd.DataFrame(statuses).to_html(index=False))
+    if env_diff is not None and not env_diff.empty:
+        parts.append("<h2>What changed in the environment</h2>" + env_diff.to_html(index=False))
+    for name in experiments(run):
+        results = load(name, run / "results")
+        parts.append(f"<h2>{html.escape(name)}</h2>" + results.facts("cause").to_html(index=False))
+        if not results.complete_arms:
+            continue
+        baseline_arm = results.complete_arms[0]
+        record = stats.ab_record(results, baseline_arm, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])
+        for load_name in record.load.unique():
+            part = results.select(load_name) if len(results.loads) > 1 else results
+            parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
+            parts.append(_figure(plots.arm_comparison(part, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])))
+            parts.append(f"<p><b>Conclusion:</b> {html.escape(stats.conclusion(record[record.load == load_name], baseline_arm))}</p>")
+    parts.append("</body></html>")
+    path = run / "report.html"
+    path.write_text("\n".join(parts))
+    return path

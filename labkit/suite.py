@@ -1,0 +1,115 @@
+"""The lab's second use: rerun every notebook unattended after a hardware, driver or vLLM upgrade.
+
+A suite run is one folder, data/runs/<UTC time>-<hardware>/, holding the executed notebooks (a failing
+one keeps papermill's copy with its error), their results (results/, a store of its own, so a new run
+never resumes from an old one), status.json per notebook and suite.json. A run is resumed by naming its
+folder: notebooks already done are skipped and an interrupted experiment resumes inside its store.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+from pathlib import Path
+
+from .errors import BadParameter
+from .store import write_json_atomic
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LAYERS = ("L1", "L2", "L3", "L4")
+
+# Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.
+PROFILES: dict[str, dict[str, dict]] = {
+    "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine
+    "cpu": {"*": {}},  # the notebooks' own defaults (tiny model on a CPU)
+    "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
+    "h200": {"*": {}},
+}
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("LABKIT_RUNS_DIR", ROOT / "data" / "runs"))
+
+
+def default_profile(hardware: str) -> str:
+    if hardware.startswith("cpu-"):
+        return "cpu-smoke"
+    return hardware if hardware in PROFILES else "gpu"
+
+
+def discover(selection: list[str] | None = None) -> list[Path]:
+    """Every notebook (quickstart first, then by layer), or those a selection names: a layer (L3), a
+    folder (L3_kernel) or notebook paths. A notebook added later needs no code change."""
+    found = sorted((p for p in NOTEBOOKS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts),
+                   key=lambda p: (p.parent != NOTEBOOKS, str(p.relative_to(NOTEBOOKS))))
+    if not selection:
+        return found
+    chosen = []
+    for item in selection:
+        rel = [p for p in found if str(p.relative_to(NOTEBOOKS)).startswith(item)
+               or p.parent.name.startswith(item) or str(p) == str(Path(item).resolve())]
+        if not rel:
+            raise BadParameter(f"{item!r} names no notebook; layers are {list(LAYERS)}, notebooks are "
+                               f"{[str(p.relative_to(NOTEBOOKS)) for p in found]}")
+        chosen += [p for p in rel if p not in chosen]
+    return chosen
+
+
+def parameters_for(profile: str, notebook: Path) -> dict:
+    if profile not in PROFILES:
+        raise BadParameter(f"unknown parameter profile {profile!r}; profiles are {sorted(PROFILES)}")
+    rel = str(notebook.relative_to(NOTEBOOKS))
+    return {**PROFILES[profile].get("*", {}), **PROFILES[profile].get(rel, {})}
+
+
+def _slug(notebook: Path) -> str:
+    return str(notebook.relative_to(NOTEBOOKS)).replace("/", "__")
+
+
+def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,
+              progress: bool = True) -> Path:
+    """Execute the notebooks one by one; a failure is recorded and the suite goes on. Returns the run folder."""
+    import papermill
+    from tqdm.auto import tqdm
+
+    from .environment import fingerprint, hardware_key
+
+    notebooks = discover(selection)  # bad selections fail before anything runs
+    hardware = hardware_key()
+    if run_dir:
+        run = Path(run_dir)
+        meta = json.loads((run / "suite.json").read_text())
+        profile = meta["profile"]
+    else:
+        profile = profile or default_profile(hardware)
+        for nb in notebooks:
+            parameters_for(profile, nb)
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        run = runs_dir() / f"{stamp}-{hardware}"
+        run.mkdir(parents=True)
+        write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
+                                               "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
+                                               "environment": fingerprint()})
+    os.environ["LABKIT_RESULTS_DIR"] = str((run / "results").resolve())  # the kernels inherit it
+    bar = tqdm(notebooks, desc="suite", unit="notebook", disable=not progress)
+    for nb in bar:
+        status_file = run / f"{_slug(nb)}.status.json"
+        if status_file.exists() and json.loads(status_file.read_text())["status"] == "ok":
+            continue
+        bar.set_postfix_str(nb.name)
+        started, error = time.monotonic(), None
+        try:
+            papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"), parameters=parameters_for(profile, nb),
+                                       cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
+        except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
+            error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+            bar.write(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}")
+        write_json_atomic(status_file, {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
+                                        "error": error, "seconds": time.monotonic() - started})
+    return run
+
+
+def statuses(run: str | Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(run).glob("*.status.json"))]

@@ -1,0 +1,125 @@
+"""Baseline comparison, report and journal on constructed suite runs (no engine)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit import baseline, cli, journal
+from labkit.errors import BadParameter, StoreConflict
+from labkit.store import ExperimentStore
+
+ENV = {"hardware_key": "h200", "gpus": ["NVIDIA H200"], "driver": "580", "packages": {"vllm": "0.26.0"},
+       "tuning_variables": {}}
+
+
+def make_run(path, experiments, hardware="h200", env=None):
+    """A suite run folder: suite.json and a store with one arm per experiment, values drawn around `scale`."""
+    path.mkdir(parents=True)
+    (path / "suite.json").write_text(json.dumps({"profile": "h200", "hardware_key": hardware,
+                                                 "environment": env or ENV}))
+    for name, arms in experiments.items():
+        store = ExperimentStore(name, path / "results")
+        store.begin({"name": name, "arms": {arm: {} for arm in arms}})
+        for arm, (tpot, tok_s, seed) in arms.items():
+            rng = np.random.default_rng(seed)
+            work = store.new_workdir(arm)
+            rows = [{"request": i, "trial": t, "ttft_ms": 50 + rng.normal(0, 1), "tpot_ms": tpot * (1 + rng.normal(0, 0.01)),
+                     "e2e_ms": 500.0, "itl_ms": list(tpot * (1 + rng.normal(0, 0.01, 8))), "prompt_tokens": 128,
+                     "output_tokens": 9} for t in range(3) for i in range(40)]
+            pd.DataFrame(rows).to_parquet(work / "requests.parquet")
+            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005))} for t in range(3)]
+                         ).to_parquet(work / "trials.parquet")
+            store.commit_arm(arm, work, {"arm": arm, "spec": {"knobs": {}}, "facts": {}, "environment": ENV})
+    return path
+
+
+def verdicts(table, experiment, metric):
+    return set(table[(table.experiment == experiment) & (table.metric == metric)].verdict)
+
+
+def test_regression_improvement_and_noise(tmp_path):
+    base = make_run(tmp_path / "base", {"slow": {"a": (10.0, 1000.0, 1)}, "fast": {"a": (10.0, 1000.0, 2)},
+                                        "same": {"a": (10.0, 1000.0, 3)}, "small": {"a": (10.0, 1000.0, 4)}})
+    run = make_run(tmp_path / "run", {"slow": {"a": (11.5, 850.0, 5)}, "fast": {"a": (8.5, 1150.0, 6)},
+                                      "same": {"a": (10.0, 1000.0, 7)}, "small": {"a": (10.3, 970.0, 8)}})
+    table = baseline.compare_runs(run, base, threshold=0.05)
+    assert verdicts(table, "slow", "tpot_p50_ms") == {"regression"}
+    assert verdicts(table, "slow", "output_tok_s") == {"regression"}
+    assert verdicts(table, "fast", "tpot_p50_ms") == {"improvement"}
+    assert verdicts(table, "fast", "output_tok_s") == {"improvement"}
+    assert verdicts(table, "same", "tpot_p50_ms") == {"no detectable change"}
+    # a real 3 % change is below the 5 % threshold: not a regression
+    assert verdicts(table, "small", "tpot_p50_ms") == {"no detectable change"}
+    assert verdicts(baseline.compare_runs(run, base, threshold=0.0), "small", "tpot_p50_ms") == {"regression"}
+
+
+def test_missing_and_new_experiments_and_failed_arms(tmp_path):
+    base = make_run(tmp_path / "base", {"gone": {"a": (10.0, 1000.0, 1)}, "both": {"a": (10.0, 1000.0, 2),
+                                                                                  "b": (10.0, 1000.0, 3)}})
+    run = make_run(tmp_path / "run", {"added": {"a": (10.0, 1000.0, 4)}, "both": {"a": (10.0, 1000.0, 5)}})
+    table = baseline.compare_runs(run, base)
+    assert set(table[table.experiment == "gone"].verdict) == {"missing in this run"}
+    assert set(table[table.experiment == "added"].verdict) == {"new: no baseline"}
+    lost = table[(table.experiment == "both") & (table.arm == "b")]
+    assert list(lost.verdict) == ["regression"] and "not in this run" in lost.note.iloc[0]
+
+
+def test_different_hardware_is_refused(tmp_path):
+    base = make_run(tmp_path / "base", {"x": {"a": (10.0, 1000.0, 1)}}, hardware="h100-80gb-hbm3")
+    run = make_run(tmp_path / "run", {"x": {"a": (10.0, 1000.0, 2)}})
+    with pytest.raises(BadParameter, match="same hardware"):
+        baseline.compare_runs(run, base)
+
+
+def test_environment_diff_names_what_changed(tmp_path):
+    base = make_run(tmp_path / "base", {}, env=ENV)
+    changed = {**ENV, "driver": "590", "packages": {"vllm": "0.27.0"}, "tuning_variables": {"VLLM_X": "1"}}
+    run = make_run(tmp_path / "run", {}, env=changed)
+    diff = baseline.environment_diff(run, base).set_index("what")
+    assert diff.loc["driver", "run"] == "590" and diff.loc["package vllm", "baseline"] == "0.26.0"
+    assert diff.loc["variable VLLM_X", "run"] == "1" and "gpus" not in diff.index
+
+
+def test_exit_status_and_report(tmp_path):
+    base = make_run(tmp_path / "base", {"e": {"a": (10.0, 1000.0, 1)}})
+    worse = make_run(tmp_path / "worse", {"e": {"a": (12.0, 800.0, 2)}})
+    same = make_run(tmp_path / "same", {"e": {"a": (10.0, 1000.0, 3)}})
+    assert cli.main(["compare", str(worse), "--baseline", str(base)]) == cli.EXIT_REGRESSION
+    report = (worse / "report.html").read_text()
+    assert 'class="regression"' in report and "<img src=\"data:image/png;base64," in report
+    assert cli.main(["compare", str(same), "--baseline", str(base)]) == 0
+    (same / "x.status.json").write_text(json.dumps({"notebook": "x", "status": "failed", "error": "boom"}))
+    assert cli.main(["compare", str(same), "--baseline", str(base)]) == cli.EXIT_NOTEBOOK_FAILED
+
+
+def test_pin_never_overwrites(tmp_path):
+    run = make_run(tmp_path / "runs" / "r1", {"e": {"a": (10.0, 1000.0, 1)}})
+    target = baseline.pin(run, root=tmp_path / "baselines")
+    assert (target / "results" / "e" / "arms" / "a" / "arm.json").exists()
+    assert baseline.pinned("h200", root=tmp_path / "baselines") == target
+    with pytest.raises(StoreConflict):
+        baseline.pin(run, root=tmp_path / "baselines")
+
+
+def test_journal_appends_change_metric_conclusion(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_JOURNAL", str(tmp_path / "journal.jsonl"))
+    run = make_run(tmp_path / "run", {"e": {"a": (10.0, 1000.0, 1), "b": (12.0, 800.0, 2)}})
+    journal.append(journal.entries_for_run(run, ENV))
+    journal.append(journal.entries_for_run(run, ENV))
+    table = journal.read()
+    assert len(table) == 2 and set(table.experiment) == {"e"}
+    assert "b is worse" in table.conclusion.iloc[0] and table.evidence.iloc[0].endswith("results/e")
+
+
+def test_suite_selection_and_profiles():
+    from labkit import suite
+    every = suite.discover()
+    assert every[0].name == "00_quickstart.ipynb"
+    assert all("L3_kernel" in str(p) for p in suite.discover(["L3"]))
+    assert suite.parameters_for("cpu-smoke", every[0]) == {"smoke": True}
+    with pytest.raises(BadParameter, match="names no notebook"):
+        suite.discover(["L9"])
+    with pytest.raises(BadParameter, match="unknown parameter profile"):
+        suite.parameters_for("tpu", every[0])
+    assert suite.default_profile("cpu-intel-xeon") == "cpu-smoke" and suite.default_profile("h200") == "h200"
