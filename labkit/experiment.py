@@ -103,10 +103,14 @@ class Experiment:
         return pd.DataFrame(rows)
 
     # ---- running ---------------------------------------------------------------------------------
-    def run(self, progress: bool = True) -> Results:
+    def run(self, progress: bool = True, only: list[str] | None = None) -> Results:
+        """Measure every arm (or the arms named in `only`) not already stored, and load the results."""
         from tqdm.auto import tqdm
 
-        plans = self.plans()
+        unknown = sorted(set(only or []) - set(self.arms))
+        if unknown:
+            raise BadParameter(f"no arm(s) {unknown} in this experiment; its arms are {list(self.arms)}")
+        plans = {arm: plan for arm, plan in self.plans().items() if only is None or arm in only}
         ref = resolve_model(self.model)
         vocab = ref.shape.vocab_size if ref.shape else 32000
         todo = []

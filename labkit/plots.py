@@ -68,3 +68,28 @@ def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: float | None = None):
+    """Throughput against tail latency, one point per batch setting; preempting settings in red."""
+    from .stats import summarize
+
+    summary = summarize(results, ["output_tok_s", x]).pivot(index="arm", columns="metric", values="value")
+    preempted = results.trials.groupby("arm").preemptions.sum()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for arm, batch in arms.items():
+        if arm not in summary.index:
+            continue
+        hot = preempted.get(arm, 0) > 0
+        ax.scatter(summary.loc[arm, x], summary.loc[arm, "output_tok_s"], color="tab:red" if hot else "tab:blue",
+                   marker="x" if hot else "o")
+        ax.annotate(str(batch), (summary.loc[arm, x], summary.loc[arm, "output_tok_s"]), fontsize=8,
+                    xytext=(4, 2), textcoords="offset points")
+    if slo:
+        ax.axvline(slo, color="gray", linestyle="--", label=f"SLO {x} = {slo:g}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel(x)
+    ax.set_ylabel("output tok/s")
+    ax.set_title("batch triangle (x: preemptions)", fontsize=9)
+    fig.tight_layout()
+    return fig
