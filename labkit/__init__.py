@@ -9,10 +9,10 @@ from .models import SHAPES, ModelShape, resolve_model
 from .platform import current_platform
 from .runner import Protocol
 from .store import Results, load
-from .workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Poisson, Uniform, Workload
+from .workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform, Workload
 
 __all__ = [
     "BadParameter", "LabkitError", "NotApplicable", "StoreConflict", "Experiment", "default_model", "KNOBS",
     "plan_arm", "SHAPES", "ModelShape", "resolve_model", "current_platform", "Protocol", "Results", "load",
-    "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Poisson", "Uniform", "Workload",
+    "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform", "Workload",
 ]

@@ -209,7 +209,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
         facts["init_s"] = init_s
         rows, trials = [], []
         for index, (load, spec) in enumerate(job.workloads.items()):
-            workload = Workload.from_dict(spec)
+            workload = Workload.from_dict(spec)  # a Workload or a Mix
             _progress(out, stage=f"warm-up {load}")
             await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
                           load_index=index)
@@ -220,7 +220,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
                 _progress(out, stage="trial", trial=trial, load=load)
         if protocol.profile_requests:
             _progress(out, stage="profiling")
-            first = Workload.from_dict(next(iter(job.workloads.values())))
+            first = Workload.from_dict(next(iter(job.workloads.values())))  # a Workload or a Mix
             facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests)
             traces = find_traces(out / "profile")
             facts["profile_trace"] = str(traces[0].relative_to(out)) if traces else None

@@ -21,7 +21,7 @@ from .models import ModelRef, resolve_model
 from .platform import Platform, current_platform
 from .runner import Protocol
 from .store import ExperimentStore, Results, check_name, load
-from .workload import Workload
+from .workload import Mix, Workload
 
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
 
@@ -35,7 +35,7 @@ def default_model(platform: Platform | None = None) -> str:
 class Experiment:
     name: str
     arms: dict[str, dict]  # arm name -> knobs that differ from `base`
-    workload: Workload | dict[str, Workload]  # one load, or several named loads measured on each engine
+    workload: Workload | Mix | dict[str, Workload | Mix]  # one load, or several named loads measured on each engine
     model: str = "auto"  # a synthetic shape name, a local model folder or a hub id; "auto": per platform
     base: dict = field(default_factory=dict)  # knobs every arm shares
     protocol: Protocol = field(default_factory=Protocol)
@@ -49,7 +49,11 @@ class Experiment:
         if not isinstance(self.arms, dict) or not self.arms:
             raise BadParameter("arms must be a non-empty dict such as {'small': {'max_num_seqs': 4}}")
         self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
-        if not self.loads or not all(isinstance(w, Workload) for w in self.loads.values()):
+        for name, load in self.loads.items():
+            if isinstance(load, Mix):
+                for part in load.parts:
+                    check_name(part, f"part of load {name!r}")
+        if not self.loads or not all(isinstance(w, (Workload, Mix)) for w in self.loads.values()):
             raise BadParameter("workload must be a labkit Workload or a non-empty dict of named Workloads, got "
                                f"{self.workload!r}")
         for load in self.loads:

@@ -93,3 +93,33 @@ def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: fl
     ax.set_title("batch triangle (x: preemptions)", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def tbt_timeline(results, arm: str, trial: int = 0):
+    """Every stream gap on the trial's clock, with the long prompts' prefill windows shaded."""
+    from .interference import prefill_windows, stream_gaps
+
+    gaps = stream_gaps(results, arm)
+    gaps = gaps[gaps.trial == trial]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for w in prefill_windows(results, arm).query("trial == @trial").itertuples():
+        ax.axvspan(w.start_s, w.end_s, color="tab:orange", alpha=0.25)
+    ax.scatter(gaps.end_s, gaps.gap_ms, s=4, c=np.where(gaps.inside, "tab:red", "tab:blue"))
+    ax.set_xlabel("trial time (s); shaded: a long prompt in prefill")
+    ax.set_ylabel("stream TBT (ms)")
+    ax.set_yscale("log")
+    ax.set_title(arm, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def tradeoff(table: pd.DataFrame, x: str, y: str):
+    """One point per arm: what one side gains, the other pays."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.scatter(table[x], table[y])
+    for row in table.itertuples():
+        ax.annotate(row.arm, (getattr(row, x), getattr(row, y)), fontsize=8, xytext=(4, 2), textcoords="offset points")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    fig.tight_layout()
+    return fig

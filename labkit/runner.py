@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .workload import Burst, Concurrency, Request, Workload
+from .workload import Burst, Concurrency, Mix, Request, Workload
 
 COUNTERS = {  # vLLM metric name -> column in the trial table
     "vllm:num_preemptions": "preemptions",
@@ -90,9 +90,10 @@ async def _one_request(engine, request: Request, t0: float) -> dict:
     }
 
 
-async def drive(engine, requests: list[Request], arrival) -> tuple[list[dict], float]:
-    """Send the requests under the arrival process; return per-request rows and the trial's wall time."""
-    t0 = time.perf_counter()
+async def drive(engine, requests: list[Request], arrival, t0: float | None = None) -> tuple[list[dict], float]:
+    """Send the requests under the arrival process; return per-request rows and the trial's wall time.
+    Parts of a Mix share one clock `t0`, so their timestamps line up."""
+    t0 = time.perf_counter() if t0 is None else t0
     if isinstance(arrival, Burst):
         rows = await asyncio.gather(*(_one_request(engine, r, t0) for r in requests))
     elif isinstance(arrival, Concurrency):
@@ -109,6 +110,17 @@ async def drive(engine, requests: list[Request], arrival) -> tuple[list[dict], f
             return await _one_request(engine, r, t0)
         rows = await asyncio.gather(*(timed(r) for r in requests))
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
+
+
+async def drive_load(engine, workload, vocab_size: int, seed: int) -> tuple[list[dict], float]:
+    """A Workload, or every part of a Mix concurrently on one clock (rows then carry their part)."""
+    if not isinstance(workload, Mix):
+        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival)
+    t0 = time.perf_counter()
+    done = await asyncio.gather(*(drive(engine, part.build(vocab_size, content_seed=seed + 7919 * (i + 1)),
+                                        part.arrival, t0) for i, part in enumerate(workload.parts.values())))
+    rows = [{**row, "part": name} for name, (part_rows, _) in zip(workload.parts, done) for row in part_rows]
+    return rows, max(seconds for _, seconds in done)
 
 
 async def _sample_kv_usage(samples: list[float], interval: float, stop: asyncio.Event):
@@ -128,7 +140,6 @@ def content_seed(load_index: int, trial: int) -> int:
 
 async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol,
                     load_index: int = 0):
-    requests = workload.build(vocab_size, content_seed=content_seed(load_index, trial))
     before = read_counters()
     kv_samples: list[float] = []
     stop = asyncio.Event()
@@ -138,7 +149,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     gc.collect()
     gc.disable()
     try:
-        rows, duration = await drive(engine, requests, workload.arrival)
+        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial))
     finally:
         gc.enable()
     stop.set()
@@ -165,10 +176,11 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
 async def profile_window(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> float:
     """A torch-profiler capture of the load in steady state, after the timed trials (never inside one:
     the profiler slows the engine down). Returns the window's wall time."""
-    requests = workload.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
+    first = next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
+    requests = first.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
     await engine.start_profile()
     try:
-        _, seconds = await drive(engine, requests, workload.arrival)
+        _, seconds = await drive(engine, requests, first.arrival)
     finally:
         await engine.stop_profile()  # the worker writes its trace before this returns
     return seconds
@@ -176,6 +188,7 @@ async def profile_window(engine, workload: Workload, vocab_size: int, count: int
 
 async def warm_up(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> None:
     """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
+    first = next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
     if count:
-        requests = workload.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
+        requests = first.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
         await drive(engine, requests, Burst())

@@ -132,6 +132,14 @@ class Results:
     def complete_arms(self) -> list[str]:
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
 
+    def part(self, name: str) -> "Results":
+        """The requests of one part of a Mix load (trials stay whole: they cover every part)."""
+        parts = set(self.requests.get("part", pd.Series(dtype=object)).dropna())
+        if name not in parts:
+            raise BadParameter(f"experiment {self.name!r} has no load part {name!r}; parts: {sorted(parts)}")
+        return Results(self.name, self.path, self.spec, self.arms, self.requests[self.requests["part"] == name],
+                       self.trials, self.environment)
+
     def facts(self, *columns: str) -> pd.DataFrame:
         """Arm, status and the named facts; a fact no arm recorded (e.g. graph capture on a CPU) shows as
         missing instead of failing."""

@@ -130,7 +130,23 @@ class Poisson:
         return np.cumsum(gaps)
 
 
-Arrival = Burst | Concurrency | Poisson
+@dataclass(frozen=True)
+class Periodic:
+    """Open loop at known times: the first request at `first_s`, then one every `interval_s` (injections)."""
+
+    first_s: float
+    interval_s: float
+
+    def __post_init__(self):
+        if self.first_s < 0 or self.interval_s <= 0:
+            raise BadParameter(f"Periodic arrivals need first_s >= 0 and interval_s > 0, got {self.first_s}, "
+                               f"{self.interval_s}")
+
+    def offsets(self, rng, count):
+        return self.first_s + self.interval_s * np.arange(count, dtype=float)
+
+
+Arrival = Burst | Concurrency | Poisson | Periodic
 
 
 # ---- the workload ----------------------------------------------------------------------------------
@@ -195,7 +211,9 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Workload":
-        kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson)}
+        if data.get("kind") == "Mix":
+            return Mix({name: cls.from_dict(part) for name, part in data["parts"].items()})
+        kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson, Periodic)}
 
         def make(d):
             d = dict(d)
@@ -205,3 +223,25 @@ class Workload:
             return kind(**d)
         return cls(data["num_requests"], make(data["prompt_len"]), make(data["output_len"]),
                    make(data["arrival"]), data["shared_prefix_len"], data["num_prefixes"], data["seed"])
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Several workloads sent at once on one clock, e.g. steady streams plus long prompts injected at known
+    times; each request row says which part it came from."""
+
+    parts: dict[str, Workload]
+
+    def __post_init__(self):
+        if not self.parts or not all(isinstance(w, Workload) for w in self.parts.values()):
+            raise BadParameter("Mix needs a non-empty dict of named Workloads")
+
+    @property
+    def num_requests(self) -> int:
+        return sum(w.num_requests for w in self.parts.values())
+
+    def longest_request(self) -> int:
+        return max(w.longest_request() for w in self.parts.values())
+
+    def to_dict(self) -> dict:
+        return {"kind": "Mix", "parts": {name: w.to_dict() for name, w in self.parts.items()}}
