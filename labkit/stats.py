@@ -112,7 +112,8 @@ def summarize(results, metrics: list[str] | None = None, confidence: float = 0.9
             reps = replicates(data, m)
             rows.append({"arm": arm, "metric": name, "value": point(data, m),
                          "ci_low": float(np.nanquantile(reps, alpha)), "ci_high": float(np.nanquantile(reps, 1 - alpha)),
-                         "trials": len(data), "n": int(sum(len(g) for g in data))})
+                         "trials": int(sum(len(g) for g in data)) if m.level == "trial" else len(data),
+                         "n": int(sum(len(g) for g in data))})
     return pd.DataFrame(rows)
 
 
