@@ -9,6 +9,7 @@ the rest go on; arms already complete are skipped, so an interrupted experiment 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,7 +146,8 @@ class Experiment:
 
         job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
                      self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind)
-        trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False, disable=not progress)
+        trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
+                      disable=not progress)
 
         def on_progress(event):
             if event["stage"] == "trial":
@@ -157,7 +159,6 @@ class Experiment:
         trials.close()
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if outcome.status == "complete":
-            import json
             result = json.loads((workdir / "result.json").read_text())
             self.store.commit_arm(arm, workdir, {"arm": arm, "spec": spec, "facts": outcome.facts,
                                                  "environment": result.get("environment", {}),
