@@ -65,7 +65,8 @@ def parameters_for(profile: str, notebook: Path) -> dict:
 
 
 def _slug(notebook: Path) -> str:
-    return str(notebook.relative_to(NOTEBOOKS)).replace("/", "__")
+    """L3_kernel/cuda_graphs.ipynb -> L3_kernel__cuda_graphs: one flat folder per run."""
+    return str(notebook.relative_to(NOTEBOOKS).with_suffix("")).replace("/", "__")
 
 
 def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,

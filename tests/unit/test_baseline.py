@@ -123,3 +123,9 @@ def test_suite_selection_and_profiles():
     with pytest.raises(BadParameter, match="unknown parameter profile"):
         suite.parameters_for("tpu", every[0])
     assert suite.default_profile("cpu-intel-xeon") == "cpu-smoke" and suite.default_profile("h200") == "h200"
+
+
+def test_executed_copies_are_named_after_their_notebook():
+    from labkit import suite
+    nb = suite.NOTEBOOKS / "L3_kernel" / "cuda_graphs.ipynb"
+    assert suite._slug(nb) == "L3_kernel__cuda_graphs"
