@@ -18,6 +18,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .store import write_json_atomic
+
 LOG_TAIL_LINES = 40
 
 _FAILURE_CAUSES = [  # (cause, pattern in the log), most specific first
@@ -144,17 +146,11 @@ def worker_main(job: dict, workdir: str) -> None:
         asyncio.run(_measure(ArmJob(**job), out))
     except BaseException as exc:  # recorded, never raised: the parent classifies it from the log
         traceback.print_exc()
-        _write_json(out / "result.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        write_json_atomic(out / "result.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
         sys.stdout.flush()
         os._exit(1)
     sys.stdout.flush()
     os._exit(0)  # engine teardown threads must not hold the process open after results are safe
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
 
 
 def _progress(out: Path, **event) -> None:
@@ -230,7 +226,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
         environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
                                       if k not in job.user_variables}
         environment["tuning_variables"] = job.user_variables
-        _write_json(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})
+        write_json_atomic(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})
     finally:
         try:
             engine.shutdown()

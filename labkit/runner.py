@@ -173,10 +173,15 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     return rows, summary
 
 
+def _first_part(workload):
+    """Warm-up and the profiler window use a Mix's first part: one steady shape, not the mixture."""
+    return next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
+
+
 async def profile_window(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> float:
     """A torch-profiler capture of the load in steady state, after the timed trials (never inside one:
     the profiler slows the engine down). Returns the window's wall time."""
-    first = next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
+    first = _first_part(workload)
     requests = first.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
     await engine.start_profile()
     try:
@@ -188,7 +193,7 @@ async def profile_window(engine, workload: Workload, vocab_size: int, count: int
 
 async def warm_up(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> None:
     """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
-    first = next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
+    first = _first_part(workload)
     if count:
         requests = first.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
         await drive(engine, requests, Burst())
