@@ -87,12 +87,14 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
 
 
 def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
-    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables."""
-    def flat(env: dict) -> dict:
+    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides."""
+    def flat(meta: dict) -> dict:
+        env = meta["environment"]
         out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "python", "os")}
         out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
         out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
+        out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})
         return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
-    a, b = flat(suite_meta(baseline)["environment"]), flat(suite_meta(run)["environment"])
+    a, b = flat(suite_meta(baseline)), flat(suite_meta(run))
     return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
                          for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)])

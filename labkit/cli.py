@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     suite.add_argument("selection", nargs="*", help="layers (L3), folders (L3_kernel) or notebooks; default all")
     suite.add_argument("--profile", help="parameter profile (cpu-smoke, cpu, gpu, h200); default by hardware")
     suite.add_argument("--resume", metavar="RUN", help="finish an interrupted suite run")
+    suite.add_argument("--override", action="append", default=[], metavar="KNOB=VALUE",
+                       help="force a knob onto every arm of every experiment (e.g. enforce_eager=true): "
+                       "rerun the suite with one deliberate change")
     suite.add_argument("--baseline", metavar="DIR", help="compare with this run instead of the pinned baseline")
     suite.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (0.05 = 5 %%)")
     pin = sub.add_parser("baseline", help="pin a suite run as the baseline for its hardware")
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "suite":
             from . import journal, suite as suite_mod
             from .baseline import suite_meta
-            run = suite_mod.run_suite(args.selection, args.profile, args.resume)
+            overrides = suite_mod.parse_overrides(args.override)
+            run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides)
             journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
             print(f"suite run: {run}")
             return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))

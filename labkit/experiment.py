@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,22 @@ from .store import ExperimentStore, Results, check_name, load
 from .workload import Mix, Workload
 
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
+LAUNCH_OVERRIDES_VARIABLE = "LABKIT_LAUNCH_OVERRIDES"
+
+
+def launch_overrides() -> dict:
+    """Knobs the launch configuration forces onto every arm (`labkit suite --override`, passed to the notebook
+    kernels as JSON in LABKIT_LAUNCH_OVERRIDES): one deliberate change, tried across every experiment."""
+    text = os.environ.get(LAUNCH_OVERRIDES_VARIABLE, "")
+    if not text:
+        return {}
+    try:
+        knobs = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadParameter(f"{LAUNCH_OVERRIDES_VARIABLE} must be a JSON object of knobs such as "
+                           f'{{"enforce_eager": true}}, got {text!r} ({exc})') from None
+    check_knobs(knobs, LAUNCH_OVERRIDES_VARIABLE)
+    return knobs
 
 
 def default_model(platform: Platform | None = None) -> str:
@@ -41,6 +58,7 @@ class Experiment:
     base: dict = field(default_factory=dict)  # knobs every arm shares
     protocol: Protocol = field(default_factory=Protocol)
     engine_args: dict = field(default_factory=dict)  # extra vLLM engine arguments, in vLLM's own names
+    overrides: dict = field(default_factory=launch_overrides)  # knobs that win over every arm's own
     arm_timeout_s: float = 1800.0
     results_dir: str | Path | None = None
     platform: Platform = field(default_factory=current_platform)
@@ -62,6 +80,7 @@ class Experiment:
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
         check_knobs(self.base, "base")
+        check_knobs(self.overrides, "overrides")
         for arm, knobs in self.arms.items():
             check_name(arm, "arm")
             check_knobs({**self.base, **knobs}, f"arm {arm!r}")
@@ -71,8 +90,17 @@ class Experiment:
 
     # ---- planning (no engine) ------------------------------------------------------------------
     def plans(self) -> dict[str, ArmPlan]:
-        return {arm: plan_arm({**self.base, **knobs}, self.platform, f"arm {arm!r}")
-                for arm, knobs in self.arms.items()}
+        return {arm: self._plan(arm, {**self.base, **knobs}) for arm, knobs in self.arms.items()}
+
+    def _plan(self, arm: str, knobs: dict) -> ArmPlan:
+        """An override that contradicts an arm's own knobs (enforce_eager against narrowed capture sizes)
+        makes that arm not applicable, with the reason, instead of failing the whole experiment."""
+        merged = {**knobs, **self.overrides}
+        try:
+            check_knobs(merged, f"arm {arm!r}")
+        except BadParameter as exc:
+            return ArmPlan(merged, {}, f"launch override {self.overrides} contradicts this arm: {exc}")
+        return plan_arm(merged, self.platform, f"arm {arm!r}")
 
     def _engine_args(self, plan: ArmPlan, ref: ModelRef) -> dict:
         args = {"model": ref.model, "load_format": ref.load_format, "disable_log_stats": False, "seed": 0}
@@ -127,7 +155,7 @@ class Experiment:
             if not self.store.check_resumable(arm, spec):
                 todo.append((arm, plan, spec))
         self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
-                          "arms": self.arms, "base": self.base,
+                          "arms": self.arms, "base": self.base, "overrides": self.overrides,
                           "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__})
         self.store.clean_work()
         for arm, plan in plans.items():

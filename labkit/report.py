@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
 
-from .baseline import experiments
+from .baseline import experiments, suite_meta
 from .store import load
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
@@ -45,8 +46,12 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
 
     run = Path(run)
     parts = [f"<html><head><meta charset='utf-8'><title>labkit suite {run.name}</title>{_STYLE}</head><body>",
-             f"<h1>Suite run {html.escape(run.name)}</h1><h2>Verdicts against the baseline</h2>",
-             _verdict_table(comparison)]
+             f"<h1>Suite run {html.escape(run.name)}</h1>"]
+    overrides = suite_meta(run).get("overrides") if (run / "suite.json").exists() else None
+    if overrides:
+        parts.append(f"<p class='regression'><b>Launch overrides forced onto every arm:</b> "
+                     f"{html.escape(json.dumps(overrides))}</p>")
+    parts += ["<h2>Verdicts against the baseline</h2>", _verdict_table(comparison)]
     if statuses:
         parts.append("<h2>Notebooks</h2>" + pd.DataFrame(statuses).to_html(index=False))
     if env_diff is not None and not env_diff.empty:

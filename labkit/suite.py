@@ -4,6 +4,9 @@ A suite run is one folder, data/runs/<UTC time>-<hardware>/, holding the execute
 one keeps papermill's copy with its error), their results (results/, a store of its own, so a new run
 never resumes from an old one), status.json per notebook and suite.json. A run is resumed by naming its
 folder: notebooks already done are skipped and an interrupted experiment resumes inside its store.
+
+Launch overrides (`--override enforce_eager=true`) force knobs onto every arm of every experiment: the way
+to rerun the suite with one deliberate change and see what it does to each experiment.
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ PROFILES: dict[str, dict[str, dict]] = {
     "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine
     "cpu": {"*": {}},  # the notebooks' own defaults (tiny model on a CPU)
     "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
-    "h200": {"*": {}},
+    # The notebooks' GPU defaults, with the batch-size sweep shortened so the whole suite fits a lent H200's
+    # time: at batch 8 the default 256 requests x 256 tokens take ~45 s a trial on the Llama-3-8B shape.
+    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"num_requests": 128, "output_len": 128}},
 }
 
 
@@ -69,22 +74,43 @@ def _slug(notebook: Path) -> str:
     return str(notebook.relative_to(NOTEBOOKS).with_suffix("")).replace("/", "__")
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """`enforce_eager=true` -> {"enforce_eager": True}: values are JSON where they parse, text otherwise."""
+    from .knobs import check_knobs
+
+    knobs = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise BadParameter(f"an override is KNOB=VALUE, such as enforce_eager=true; got {item!r}")
+        try:
+            knobs[name] = json.loads(text)
+        except json.JSONDecodeError:
+            knobs[name] = text
+    check_knobs(knobs, "--override")
+    return knobs
+
+
 def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,
-              progress: bool = True) -> Path:
+              progress: bool = True, overrides: dict | None = None) -> Path:
     """Execute the notebooks one by one; a failure is recorded and the suite goes on. Returns the run folder."""
     import papermill
     from tqdm.auto import tqdm
 
     from .environment import fingerprint, hardware_key
+    from .experiment import LAUNCH_OVERRIDES_VARIABLE
+    from .knobs import check_knobs
 
-    notebooks = discover(selection)  # bad selections fail before anything runs
     hardware = hardware_key()
     if run_dir:
         run = Path(run_dir)
         meta = json.loads((run / "suite.json").read_text())
-        profile = meta["profile"]
+        profile, overrides = meta["profile"], meta.get("overrides", {})
+        notebooks = discover(selection or meta["notebooks"])
     else:
-        profile = profile or default_profile(hardware)
+        notebooks = discover(selection)  # bad selections, profiles and overrides fail before anything runs
+        profile, overrides = profile or default_profile(hardware), overrides or {}
+        check_knobs(overrides, "overrides")
         for nb in notebooks:
             parameters_for(profile, nb)
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -92,8 +118,9 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         run.mkdir(parents=True)
         write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
                                                "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
-                                               "environment": fingerprint()})
-    os.environ["LABKIT_RESULTS_DIR"] = str((run / "results").resolve())  # the kernels inherit it
+                                               "overrides": overrides, "environment": fingerprint()})
+    os.environ["LABKIT_RESULTS_DIR"] = str((run / "results").resolve())  # the kernels inherit both
+    os.environ[LAUNCH_OVERRIDES_VARIABLE] = json.dumps(overrides)
     bar = tqdm(notebooks, desc="suite", unit="notebook", disable=not progress)
     for nb in bar:
         status_file = run / f"{_slug(nb)}.status.json"

@@ -1,0 +1,91 @@
+"""Launch overrides: one deliberate change forced onto every arm of every experiment (no engine)."""
+import json
+import os
+
+import pytest
+
+from labkit import baseline, suite
+from labkit.errors import BadParameter
+from labkit.experiment import LAUNCH_OVERRIDES_VARIABLE, Experiment, launch_overrides
+from labkit.platform import Platform
+from labkit.workload import Concurrency, Fixed, Workload
+
+H200 = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
+LOAD = Workload(8, Fixed(32), Fixed(16), Concurrency(2))
+
+
+def experiment(tmp_path, overrides):
+    return Experiment("graphs", arms={"default": {}, "eager": {"enforce_eager": True},
+                                      "narrow": {"cudagraph_capture_sizes": [1, 2, 4]}},
+                      workload=LOAD, model="llama3-8b", overrides=overrides, results_dir=tmp_path, platform=H200)
+
+
+def test_override_wins_over_every_arm(tmp_path):
+    plans = experiment(tmp_path, {"enforce_eager": True, "max_num_seqs": 8}).plans()
+    assert plans["default"].engine_args == {"enforce_eager": True, "max_num_seqs": 8}
+    assert plans["eager"].engine_args == {"enforce_eager": True, "max_num_seqs": 8}
+
+
+def test_override_contradicting_an_arm_makes_only_that_arm_not_applicable(tmp_path):
+    plans = experiment(tmp_path, {"enforce_eager": True}).plans()
+    assert "launch override" in plans["narrow"].not_applicable
+    assert "cudagraph_capture_sizes" in plans["narrow"].not_applicable
+    assert plans["default"].not_applicable is None
+
+
+def test_no_override_leaves_arms_alone(tmp_path):
+    plans = experiment(tmp_path, {}).plans()
+    assert plans["default"].engine_args == {}
+    assert plans["narrow"].engine_args == {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4]}}
+
+
+def test_overrides_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, '{"enforce_eager": true}')
+    assert launch_overrides() == {"enforce_eager": True}
+    monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, "")
+    assert launch_overrides() == {}
+
+
+@pytest.mark.parametrize("text, words", [("enforce_eager=true", "JSON object"),
+                                         ('{"enforce_eagre": true}', "unknown knob"),
+                                         ('{"max_num_seqs": 0}', "positive integer")])
+def test_bad_environment_override_is_a_clear_error(monkeypatch, text, words):
+    monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, text)
+    with pytest.raises(BadParameter, match=words):
+        launch_overrides()
+
+
+def test_parse_overrides():
+    assert suite.parse_overrides(["enforce_eager=true", "max_num_seqs=64", "attention_backend=TRITON_ATTN"]) == {
+        "enforce_eager": True, "max_num_seqs": 64, "attention_backend": "TRITON_ATTN"}
+    assert suite.parse_overrides([]) == {}
+
+
+@pytest.mark.parametrize("items, words", [(["enforce_eager"], "KNOB=VALUE"), (["=1"], "KNOB=VALUE"),
+                                          (["eager=true"], "unknown knob"), (["max_num_seqs=-1"], "positive")])
+def test_bad_override_fails_before_anything_runs(items, words):
+    with pytest.raises(BadParameter, match=words):
+        suite.parse_overrides(items)
+
+
+def test_environment_diff_names_the_override(tmp_path):
+    env = {"gpus": ["NVIDIA H200"], "packages": {}, "tuning_variables": {}}
+    for name, overrides in (("base", {}), ("run", {"enforce_eager": True})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "suite.json").write_text(json.dumps({"hardware_key": "h200", "environment": env,
+                                                                "overrides": overrides}))
+    diff = baseline.environment_diff(tmp_path / "run", tmp_path / "base")
+    assert diff.to_dict("records") == [{"what": "launch override enforce_eager", "baseline": None, "run": True}]
+
+
+def test_resume_runs_only_the_notebooks_of_the_interrupted_run(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "suite.json").write_text(json.dumps({"profile": "cpu-smoke", "hardware_key": "cpu-x",
+                                                "notebooks": ["00_quickstart.ipynb"], "overrides": {"max_num_seqs": 4}}))
+    (run / "00_quickstart.status.json").write_text(json.dumps({"status": "ok"}))
+    monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, "")  # both restored after the test
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+    # every notebook of this run is done: nothing executes (the other notebooks are not this run's)
+    assert suite.run_suite(run_dir=run, progress=False) == run
+    assert json.loads(os.environ[LAUNCH_OVERRIDES_VARIABLE]) == {"max_num_seqs": 4}
