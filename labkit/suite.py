@@ -28,9 +28,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine
     "cpu": {"*": {}},  # the notebooks' own defaults (tiny model on a CPU)
     "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
-    # The notebooks' GPU defaults, with the batch-size sweep shortened so the whole suite fits a lent H200's
-    # time: at batch 8 the default 256 requests x 256 tokens take ~45 s a trial on the Llama-3-8B shape.
-    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"num_requests": 128, "output_len": 128}},
+    "h200": {"*": {}},
 }
 
 
