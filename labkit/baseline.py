@@ -18,7 +18,8 @@ from .store import load, write_json_atomic
 
 METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
 BASELINES = Path(os.environ.get("LABKIT_BASELINES_DIR", Path(__file__).resolve().parent.parent / "data" / "baselines"))
-_VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change"}
+_VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
+            "too few trials": "too few trials to judge"}
 
 
 def suite_meta(run: str | Path) -> dict:

@@ -112,8 +112,12 @@ class Experiment:
 
     def _check_lengths(self, plan: ArmPlan, ref: ModelRef, arm: str) -> None:
         limit = plan.knobs.get("max_model_len") or self.engine_args.get("max_model_len")
-        if limit is None and ref.shape is not None:
-            limit = ref.shape.max_position_embeddings
+        if ref.shape is not None:
+            positions = ref.shape.max_position_embeddings
+            if limit is not None and limit > positions:  # vLLM refuses it only once the engine starts
+                raise BadParameter(f"arm {arm!r}: max_model_len {limit} exceeds the {self.model} shape's "
+                                   f"{positions} positions; lower max_model_len (and the request lengths)")
+            limit = limit or positions
         longest = max(w.longest_request() for w in self.loads.values())
         if limit is not None and longest > limit:
             raise BadParameter(f"arm {arm!r}: the workload's longest request needs {longest} tokens but "

@@ -97,6 +97,9 @@ def categorize(name: str, cat: str | None = None) -> str:
     return "other"
 
 
+NAME_WIDTH = 160
+
+
 def kernel_summary(events: pd.DataFrame, top: int = 15) -> pd.DataFrame:
     """Heaviest kernels (or operators) by total time; share is of the summed time of all given events."""
     grouped = events.groupby("name", sort=False).agg(count=("dur_us", "size"), total_us=("dur_us", "sum"),
@@ -107,6 +110,8 @@ def kernel_summary(events: pd.DataFrame, top: int = 15) -> pd.DataFrame:
     out["mean_us"] = out["total_us"] / out["count"]
     out["share_pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
     out["category"] = [categorize(n, c) for n, c in zip(out["name"], out["cat"])]
+    # templated GPU kernel names run to a thousand characters; the head names the kernel
+    out["name"] = [n if len(n) <= NAME_WIDTH else n[:NAME_WIDTH - 1] + "…" for n in out["name"]]
     return out[["name", "category", "count", "total_ms", "mean_us", "share_pct"]]
 
 

@@ -125,7 +125,7 @@ class Comparison:
     rel_change: float  # candidate / baseline - 1
     ci_low: float
     ci_high: float
-    verdict: str  # "better", "worse" or "no detectable difference"
+    verdict: str  # "better", "worse", "no detectable difference" or "too few trials"
 
     def sentence(self) -> str:
         return (f"{self.metric}: {self.baseline:.4g} -> {self.candidate:.4g} ({self.rel_change:+.1%}, "
@@ -140,6 +140,10 @@ def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, th
     "more than 5 %"); otherwise the difference is not detectable at this noise.
     """
     a, b = point(base, m), point(cand, m)
+    if m.level == "trial" and min(sum(len(g) for g in base), sum(len(g) for g in cand)) < 2:
+        # one trial-level value has no spread to compare against: its "interval" would have zero width
+        return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), float("nan"), float("nan"),
+                          "too few trials")
     rel = replicates(cand, m, seed=2) / replicates(base, m, seed=1) - 1
     alpha = (1 - confidence) / 2
     low, high = float(np.nanquantile(rel, alpha)), float(np.nanquantile(rel, 1 - alpha))

@@ -238,3 +238,11 @@ def test_import_stays_light():
     code = "import sys, labkit.profiling; assert not {'torch', 'vllm'} & set(sys.modules), sorted(sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_kernel_summary_shortens_templated_names_after_categorizing(tmp_path):
+    long_gemm = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8<" + "x" * 900 + ">>"
+    ev, _ = P.device_events(P.load_trace(write(tmp_path, back_to_back([(long_gemm, 60, 2)]))))
+    top = P.kernel_summary(ev)
+    assert len(top["name"].iloc[0]) == P.NAME_WIDTH and top["name"].iloc[0].endswith("…")
+    assert top["category"].iloc[0] == "gemm"

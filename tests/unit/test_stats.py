@@ -213,3 +213,14 @@ def test_compare_arms_table(pair):
 def test_sentence_mentions_verdict(results):
     c = stats.compare(results, "base", "slow", "ttft_p50_ms")
     assert c.sentence().startswith("ttft_p50_ms: ") and c.sentence().endswith("worse")
+
+
+def test_one_trial_level_value_is_too_few_to_judge():
+    m = stats.metric("output_tok_s")
+    c = stats.compare_groups([np.array([500.0])], [np.array([400.0])], m, threshold=0.05)
+    assert c.verdict == "too few trials" and c.rel_change == pytest.approx(-0.2)
+    assert np.isnan(c.ci_low) and np.isnan(c.ci_high)
+    # request-level metrics of one trial still have the requests' spread to judge by
+    gen = np.random.default_rng(0)
+    slow = stats.compare_groups([gen.normal(10, 0.1, 50)], [gen.normal(20, 0.1, 50)], stats.metric("tpot_p50_ms"))
+    assert slow.verdict == "worse"

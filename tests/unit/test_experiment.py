@@ -1,4 +1,5 @@
-"""Launch overrides: one deliberate change forced onto every arm of every experiment (no engine)."""
+"""Experiment planning without an engine: launch overrides (one deliberate change forced onto every arm) and
+the length checks that run before any engine starts."""
 import json
 import os
 
@@ -89,3 +90,11 @@ def test_resume_runs_only_the_notebooks_of_the_interrupted_run(tmp_path, monkeyp
     # every notebook of this run is done: nothing executes (the other notebooks are not this run's)
     assert suite.run_suite(run_dir=run, progress=False) == run
     assert json.loads(os.environ[LAUNCH_OVERRIDES_VARIABLE]) == {"max_num_seqs": 4}
+
+
+def test_max_model_len_beyond_the_shape_fails_before_any_engine(tmp_path):
+    exp = Experiment("too-long", arms={"long": {"max_model_len": 8208}}, workload=LOAD, model="llama3-8b",
+                     results_dir=tmp_path, platform=H200)
+    with pytest.raises(BadParameter, match="exceeds the llama3-8b shape's 8192 positions"):
+        exp.run(progress=False)
+    assert not (tmp_path / "too-long" / "arms").exists()
