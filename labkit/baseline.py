@@ -70,18 +70,24 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
                          else "new: no baseline"})
             continue
         now, base = load(name, Path(run) / "results"), load(name, Path(baseline) / "results")
+        if not base.complete_arms:
+            rows.append({"experiment": name, "verdict": "new: no baseline", "note": "no arm completed in the baseline"})
         for arm in base.complete_arms:
             if arm not in now.complete_arms:
                 rows.append({"experiment": name, "arm": arm, "verdict": "regression",
                              "note": "complete in the baseline, not in this run"})
         for (load_name, b), (_, n) in zip(_loads(base), _loads(now)):
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
+                trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
+                note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
+                        "starts" if trials < 2 else None)
                 for name_m in metrics or METRICS:
                     m = metric(name_m)
                     c = compare_groups(groups(b, arm, m), groups(n, arm, m), m, threshold)
                     rows.append({"experiment": name, "load": load_name, "arm": arm, "metric": name_m,
                                  "baseline": c.baseline, "run": c.candidate, "change": c.rel_change,
-                                 "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": _VERDICT[c.verdict]})
+                                 "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": _VERDICT[c.verdict],
+                                 "note": note})
     columns = ["experiment", "load", "arm", "metric", "baseline", "run", "change", "ci_low", "ci_high",
                "verdict", "note"]
     return pd.DataFrame(rows).reindex(columns=columns)

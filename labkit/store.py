@@ -183,7 +183,7 @@ def load(name: str, root: str | Path | None = None) -> Results:
         if meta["arm"] not in done:
             rows.append({"arm": meta["arm"], "status": "not applicable", "cause": meta["reason"], **_flat(meta)})
     order = list(spec.get("arms", {}))
-    arms = pd.DataFrame(rows)
+    arms = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["arm", "status"])  # an experiment with no arm yet
     if not arms.empty:
         arms["_order"] = arms.arm.map(lambda a: order.index(a) if a in order else len(order))
         arms = arms.sort_values("_order").drop(columns="_order").reset_index(drop=True)

@@ -13,7 +13,7 @@ ENV = {"hardware_key": "h200", "gpus": ["NVIDIA H200"], "driver": "580", "packag
        "tuning_variables": {}}
 
 
-def make_run(path, experiments, hardware="h200", env=None):
+def make_run(path, experiments, hardware="h200", env=None, trials=3):
     """A suite run folder: suite.json and a store with one arm per experiment, values drawn around `scale`."""
     path.mkdir(parents=True)
     (path / "suite.json").write_text(json.dumps({"profile": "h200", "hardware_key": hardware,
@@ -26,9 +26,9 @@ def make_run(path, experiments, hardware="h200", env=None):
             work = store.new_workdir(arm)
             rows = [{"request": i, "trial": t, "ttft_ms": 50 + rng.normal(0, 1), "tpot_ms": tpot * (1 + rng.normal(0, 0.01)),
                      "e2e_ms": 500.0, "itl_ms": list(tpot * (1 + rng.normal(0, 0.01, 8))), "prompt_tokens": 128,
-                     "output_tokens": 9} for t in range(3) for i in range(40)]
+                     "output_tokens": 9} for t in range(trials) for i in range(40)]
             pd.DataFrame(rows).to_parquet(work / "requests.parquet")
-            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005))} for t in range(3)]
+            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005))} for t in range(trials)]
                          ).to_parquet(work / "trials.parquet")
             store.commit_arm(arm, work, {"arm": arm, "spec": {"knobs": {}}, "facts": {}, "environment": ENV})
     return path
@@ -129,3 +129,19 @@ def test_executed_copies_are_named_after_their_notebook():
     from labkit import suite
     nb = suite.NOTEBOOKS / "L3_kernel" / "cuda_graphs.ipynb"
     assert suite._slug(nb) == "L3_kernel__cuda_graphs"
+
+
+def test_one_trial_runs_are_judged_with_a_warning_and_throughput_not_at_all(tmp_path):
+    base = make_run(tmp_path / "base", {"exp": {"a": (5.0, 1000, 1)}}, trials=1)
+    run = make_run(tmp_path / "run", {"exp": {"a": (10.0, 500, 2)}}, trials=1)
+    table = baseline.compare_runs(run, base)
+    assert verdicts(table, "exp", "output_tok_s") == {"too few trials to judge"}
+    assert verdicts(table, "exp", "tpot_p50_ms") == {"regression"}
+    assert table.note.str.contains("not between engine starts").all()
+
+
+def test_experiment_without_a_complete_baseline_arm_is_named(tmp_path):
+    base = make_run(tmp_path / "base", {"exp": {}})
+    run = make_run(tmp_path / "run", {"exp": {"a": (5.0, 1000, 1)}})
+    table = baseline.compare_runs(run, base)
+    assert table.verdict.tolist() == ["new: no baseline"] and "no arm completed" in table.note.iloc[0]
