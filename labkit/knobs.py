@@ -85,6 +85,26 @@ def _tensor_parallel_args(value, platform: Platform) -> dict:
     return {"tensor_parallel_size": value}
 
 
+def _data_parallel_args(value, platform: Platform) -> dict:
+    # AsyncLLM (0.26 and 0.32) runs each rank of a dense model as an independent engine on its own
+    # GPUs behind one load-balancing client: replicas, not a split model.
+    if value > 1 and platform.kind == "cpu":
+        raise NotApplicable("data-parallel replicas need one GPU each; this machine runs vLLM on cpu")
+    if value > 1 and value > platform.gpu_count:
+        raise NotApplicable(f"data_parallel_size={value} needs {value} GPUs; this machine has "
+                            f"{platform.gpu_count}")
+    return {"data_parallel_size": value}
+
+
+def _gpus_needed(knobs: dict, platform: Platform) -> str | None:
+    """Every data-parallel replica holds its own tensor-parallel group: tp x dp GPUs in all."""
+    tp, dp = knobs.get("tensor_parallel_size", 1), knobs.get("data_parallel_size", 1)
+    if platform.kind == "cuda" and tp > 1 and dp > 1 and tp * dp > platform.gpu_count:
+        return (f"tensor_parallel_size={tp} x data_parallel_size={dp} needs {tp * dp} GPUs; this machine has "
+                f"{platform.gpu_count}")
+    return None
+
+
 def _quantization_args(value, platform: Platform) -> dict:
     if value is not None and platform.kind != "cuda":
         raise NotApplicable(f"{value} weight quantization needs an NVIDIA GPU (Hopper or newer for fp8)")
@@ -122,6 +142,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("quantization", "weight quantization method (None: the model's dtype)", _one_of(QUANTIZATIONS),
          _quantization_args),
     Knob("tensor_parallel_size", "GPUs one model is split across", _positive_int, _tensor_parallel_args),
+    Knob("data_parallel_size", "independent engine replicas, each on its own GPU(s), behind one client",
+         _positive_int, _data_parallel_args),
     Knob("dtype", "weight and activation dtype", _one_of(DTYPES), _pass_through("dtype")),
 ]}
 
@@ -164,6 +186,9 @@ def check_knobs(knobs: dict, where: str = "arm") -> None:
 def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
     """Check an arm's knobs and translate them; a knob with no meaning here marks the arm not applicable."""
     check_knobs(knobs, where)
+    too_few = _gpus_needed(knobs, platform)
+    if too_few:
+        return ArmPlan(dict(knobs), {}, too_few)
     engine_args: dict = {}
     for name, value in knobs.items():
         try:

@@ -72,6 +72,7 @@ def facts_from_config(vllm_config) -> dict:
         "max_num_batched_tokens": sched.max_num_batched_tokens,
         "enable_chunked_prefill": bool(getattr(sched, "enable_chunked_prefill", True)),
         "tensor_parallel_size": par.tensor_parallel_size,
+        "data_parallel_size": par.data_parallel_size,  # the frontend's; each engine core resets its own to 1
         "compile_mode": _plain(getattr(comp, "mode", None)),
         "cudagraph_mode": _plain(getattr(comp, "cudagraph_mode", None)),
         "cudagraph_capture_sizes": _plain(list(getattr(comp, "cudagraph_capture_sizes", None) or [])),

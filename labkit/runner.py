@@ -49,9 +49,12 @@ class Protocol:
 def read_counters() -> dict[str, float]:
     from vllm.v1.metrics.reader import get_metrics_snapshot
     totals: dict[str, float] = {}
-    for metric in get_metrics_snapshot():
-        if metric.name in COUNTERS or metric.name == KV_USAGE_GAUGE:
-            totals[metric.name] = totals.get(metric.name, 0.0) + float(getattr(metric, "value", 0) or 0)
+    for metric in get_metrics_snapshot():  # one series per engine: several with data-parallel replicas
+        value = float(getattr(metric, "value", 0) or 0)
+        if metric.name in COUNTERS:
+            totals[metric.name] = totals.get(metric.name, 0.0) + value
+        elif metric.name == KV_USAGE_GAUGE:  # each replica has its own pool: the fullest one counts
+            totals[metric.name] = max(totals.get(metric.name, 0.0), value)
     return totals
 
 

@@ -5,7 +5,7 @@ import sys
 
 CODE = """
 import sys
-import labkit, labkit.stats, labkit.store, labkit.hardware, labkit.plots
+import labkit, labkit.stats, labkit.store, labkit.hardware, labkit.plots, labkit.parallel, labkit.topology
 heavy = sorted(m for m in ("vllm", "torch") if m in sys.modules)
 assert not heavy, f"importing labkit loaded {heavy}"
 print("light")

@@ -24,6 +24,7 @@ GOOD_AND_BAD = {
     "kv_cache_dtype": ("fp8", "int4"),
     "quantization": ("fp8", "awq"),
     "tensor_parallel_size": (1, 1.5),
+    "data_parallel_size": (2, 0),
     "dtype": ("bfloat16", "int8"),
 }
 
@@ -109,6 +110,7 @@ def test_bad_value_raises_before_platform_translation():
     ({"quantization": "fp8"}, "NVIDIA GPU"),
     ({"attention_backend": "FLASH_ATTN"}, "CPU_ATTN"),
     ({"tensor_parallel_size": 2}, "tensor parallelism"),
+    ({"data_parallel_size": 2}, "one GPU each"),
 ])
 def test_cpu_marks_gpu_knobs_not_applicable(knobs, words):
     plan = plan_arm(knobs, CPU)
@@ -158,6 +160,27 @@ def test_tensor_parallel_needs_enough_gpus():
     assert plan.not_applicable and "2 GPUs" in plan.not_applicable and "1" in plan.not_applicable
     two = Platform("cuda", (0, 26, 0), ("NVIDIA H200", "NVIDIA H200"))
     assert plan_arm({"tensor_parallel_size": 2}, two).engine_args == {"tensor_parallel_size": 2}
+
+
+def test_data_parallel_needs_a_gpu_per_replica():
+    plan = plan_arm({"data_parallel_size": 2}, H200)
+    assert plan.not_applicable == "data_parallel_size=2: data_parallel_size=2 needs 2 GPUs; this machine has 1"
+    two = Platform("cuda", (0, 26, 0), ("NVIDIA H200", "NVIDIA H200"))
+    assert plan_arm({"data_parallel_size": 2}, two).engine_args == {"data_parallel_size": 2}
+    assert plan_arm({"data_parallel_size": 1}, CPU).engine_args == {"data_parallel_size": 1}
+
+
+def test_tensor_times_data_parallel_gpus_are_counted_together():
+    two = Platform("cuda", (0, 26, 0), ("NVIDIA H200",) * 2)
+    plan = plan_arm({"tensor_parallel_size": 2, "data_parallel_size": 2}, two)
+    assert plan.not_applicable == ("tensor_parallel_size=2 x data_parallel_size=2 needs 4 GPUs; "
+                                   "this machine has 2")
+    assert plan.engine_args == {}
+    four = Platform("cuda", (0, 26, 0), ("NVIDIA H200",) * 4)
+    assert plan_arm({"tensor_parallel_size": 2, "data_parallel_size": 2}, four).engine_args == {
+        "tensor_parallel_size": 2, "data_parallel_size": 2}
+    on_cpu = plan_arm({"tensor_parallel_size": 2, "data_parallel_size": 2}, CPU)
+    assert on_cpu.not_applicable.startswith("tensor_parallel_size=2: tensor parallelism")
 
 
 def test_cuda_attention_backend():

@@ -1,0 +1,194 @@
+"""The 15 % rule, throughput per GPU, the communication share and the NCCL record, on constructed results."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from labkit import parallel, profiling
+from labkit.store import Results
+
+TRIALS, PER_TRIAL = 3, 40
+
+
+def _arm(arm, gen, tpot=10.0, ttft=50.0, sigma=0.05, tok_s=(100.0, 101.0, 99.0)):
+    requests = [{"arm": arm, "trial": t, "tpot_ms": tpot * gen.lognormal(0, sigma),
+                 "ttft_ms": ttft * gen.lognormal(0, sigma)} for t in range(TRIALS) for _ in range(PER_TRIAL)]
+    trials = [{"arm": arm, "trial": t, "output_tok_s": v} for t, v in enumerate(tok_s)]
+    return requests, trials
+
+
+def make(arms: dict, skipped: dict | None = None, facts: dict | None = None, environment: dict | None = None):
+    """arms: name -> (requests, trials) of complete arms; skipped: name -> reason (not applicable)."""
+    requests = [r for rows, _ in arms.values() for r in rows]
+    trials = [t for _, rows in arms.values() for t in rows]
+    table = [{"arm": a, "status": "complete", "cause": None, **(facts or {}).get(a, {})} for a in arms]
+    table += [{"arm": a, "status": "not applicable", "cause": why, **(facts or {}).get(a, {})}
+              for a, why in (skipped or {}).items()]
+    return Results("fake", Path("/nonexistent"), {}, pd.DataFrame(table), pd.DataFrame(requests),
+                   pd.DataFrame(trials), environment or {})
+
+
+@pytest.fixture
+def gen():
+    return np.random.default_rng(7)
+
+
+# ---- the 15 % rule -------------------------------------------------------------------------------------
+def test_clearly_worse_fires_the_rule(gen):
+    r = make({"tp1": _arm("tp1", gen), "tp2": _arm("tp2", gen, tpot=14.0)})
+    v = parallel.tp_rule(r)
+    assert v.status == parallel.FIRES
+    assert "tpot_p50_ms" in v.advice and "replicas" in v.advice
+    table = v.table().set_index("metric")
+    assert table.loc["tpot_p50_ms", "beyond_rule"] and not table.loc["ttft_p50_ms", "beyond_rule"]
+    assert table.loc["tpot_p50_ms", "ci_low"] > 0.15
+
+
+def test_worse_but_less_than_15_percent_passes(gen):
+    r = make({"tp1": _arm("tp1", gen), "tp2": _arm("tp2", gen, tpot=10.5, ttft=52.0)})
+    v = parallel.tp_rule(r)
+    assert v.status == parallel.PASSES
+    assert "faster" not in v.advice
+    assert all(c.ci_high < 0.15 for c in v.comparisons)
+
+
+def test_noise_straddling_the_threshold_is_called_noise(gen):
+    r = make({"tp1": _arm("tp1", gen, sigma=0.6), "tp2": _arm("tp2", gen, tpot=11.5, sigma=0.6)})
+    v = parallel.tp_rule(r)
+    assert v.status == parallel.UNDECIDED, v.sentence()
+    c = v.table().set_index("metric").loc["tpot_p50_ms"]
+    assert c.ci_low < 0.15 < c.ci_high
+    assert "more trials" in v.advice
+
+
+def test_better_with_tp2_passes_and_says_faster(gen):
+    r = make({"tp1": _arm("tp1", gen), "tp2": _arm("tp2", gen, tpot=6.0, ttft=30.0)})
+    v = parallel.tp_rule(r)
+    assert v.status == parallel.PASSES
+    assert "faster on tpot_p50_ms, ttft_p50_ms" in v.advice
+    assert {c.verdict for c in v.comparisons} == {"better"}
+
+
+def test_tp2_not_applicable_is_not_measurable_with_the_reason(gen):
+    why = "tensor_parallel_size=2: tensor parallelism across CPU sockets is not measured by the lab"
+    r = make({"tp1": _arm("tp1", gen)}, skipped={"tp2": why})
+    v = parallel.tp_rule(r)
+    assert v.status == parallel.NOT_MEASURABLE and why in v.advice
+    assert v.comparisons == () and v.table().empty
+    assert v.sentence().startswith("TP=2 vs TP=1, single request: not measurable here")
+
+
+def test_tp2_absent_is_not_measurable(gen):
+    v = parallel.tp_rule(make({"tp1": _arm("tp1", gen)}))
+    assert v.status == parallel.NOT_MEASURABLE and "'tp2' is not measured" in v.advice
+
+
+def test_the_threshold_is_15_percent():
+    assert parallel.TP_RULE_THRESHOLD == 0.15
+
+
+# ---- throughput per GPU ---------------------------------------------------------------------------------
+def _three_arms(gen, dp_tok_s=(180.0, 182.0, 178.0)):
+    return make({"tp1": _arm("tp1", gen, tok_s=(100.0, 102.0, 98.0)),
+                 "tp2": _arm("tp2", gen, tok_s=(150.0, 151.0, 149.0)),
+                 "dp2": _arm("dp2", gen, tok_s=dp_tok_s)},
+                facts={"tp1": {"tensor_parallel_size": 1, "data_parallel_size": 1},
+                       "tp2": {"tensor_parallel_size": 2, "data_parallel_size": 1},
+                       "dp2": {"knob.data_parallel_size": 2}})  # an older arm: only the knob recorded
+
+
+def test_per_gpu_throughput_divides_by_tp_times_dp(gen):
+    table = parallel.throughput_per_gpu(_three_arms(gen)).set_index("arm")
+    assert table.gpus.to_dict() == {"tp1": 1, "tp2": 2, "dp2": 2}
+    assert table.loc["tp1", "output_tok_s_per_gpu"] == pytest.approx(100.0)
+    assert table.loc["tp2", "output_tok_s_per_gpu"] == pytest.approx(75.0)
+    assert table.loc["dp2", "output_tok_s_per_gpu"] == pytest.approx(90.0)
+    low, high = table.loc["tp2", ["per_gpu_ci_low", "per_gpu_ci_high"]]
+    assert 74.5 <= low <= 75.0 <= high <= 75.5
+
+
+def test_replicas_against_the_split_per_gpu(gen):
+    results = _three_arms(gen)
+    c = parallel.compare_per_gpu(results, "tp2", "dp2")
+    assert c.metric == "output_tok_s_per_gpu" and c.verdict == "better"
+    assert c.rel_change == pytest.approx(90 / 75 - 1)
+    assert parallel.replicas_or_split(results).startswith("replicas (dp2) give more output per GPU")
+    even = _three_arms(np.random.default_rng(1), dp_tok_s=(150.0, 151.0, 149.0))
+    assert parallel.replicas_or_split(even).startswith("no detectable difference per GPU")
+    # against one GPU, the same per-GPU throughput from twice the GPUs is no gain
+    c1 = parallel.compare_per_gpu(results, "tp1", "tp2")
+    assert c1.rel_change == pytest.approx(75 / 100 - 1) and c1.verdict == "worse"
+
+
+def test_per_gpu_on_one_gpu_lists_what_did_not_run(gen):
+    why = "data_parallel_size=2: data-parallel replicas need one GPU each; this machine runs vLLM on cpu"
+    results = make({"tp1": _arm("tp1", gen)}, skipped={"tp2": "tp reason", "dp2": why},
+                   facts={"dp2": {"knob.data_parallel_size": 2}, "tp2": {"knob.tensor_parallel_size": 2}})
+    table = parallel.throughput_per_gpu(results).set_index("arm")
+    assert table.loc["dp2", "why_not"] == why and np.isnan(table.loc["dp2", "output_tok_s_per_gpu"])
+    assert table.gpus.to_dict() == {"tp1": 1, "tp2": 2, "dp2": 2}
+    assert parallel.compare_per_gpu(results, "tp2", "dp2") is None
+    assert parallel.replicas_or_split(results) == f"not measurable here: 'tp2' is not applicable (tp reason); " \
+                                                  f"'dp2' is not applicable ({why})"
+
+
+def test_scope_note_says_why_not_here():
+    plan = pd.DataFrame([{"arm": "tp1", "runs_here": True, "why_not": None},
+                         {"arm": "tp2", "runs_here": False, "why_not": "needs 2 GPUs"}])
+    note = parallel.scope_note(plan)
+    assert note.startswith("runs here: tp1.") and "tp2: needs 2 GPUs" in note and "two GPUs" in note
+    assert parallel.scope_note(plan.assign(runs_here=True)).startswith("every arm runs here")
+
+
+# ---- communication and NCCL ------------------------------------------------------------------------------
+def test_communication_share_from_a_trace_analysis():
+    events = pd.DataFrame({"name": ["sm90_xmma_gemm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "sm90_xmma_gemm"],
+                           "cat": ["kernel"] * 3, "ts_us": [0.0, 60.0, 100.0], "dur_us": [60.0, 30.0, 10.0],
+                           "pid": ["0"] * 3, "tid": ["7"] * 3})
+    shares = profiling.time_shares(events)
+    analysis = {"source": "gpu kernels", "window_ms": 0.11, "shares": shares, "bottleneck": profiling.bottleneck(shares)}
+    row = parallel.communication_share({"tp2": analysis}).iloc[0]
+    assert row.communication_pct_of_busy == pytest.approx(30.0)
+    assert row.communication_pct_of_window == pytest.approx(100 * 30 / 110)
+    assert row.bottleneck.startswith("communication-bound")
+    cpu = {**analysis, "shares": shares[shares.category != "communication"]}
+    assert parallel.communication_share({"tp1": cpu}).iloc[0].communication_pct_of_busy == 0.0
+
+
+def test_communication_variables_show_who_set_them(gen):
+    env = {"tp1": {"tuning_variables": {"NCCL_NVLS_ENABLE": "0", "VLLM_LOGGING_LEVEL": "INFO"},
+                   "set_by_vllm": {"NCCL_CUMEM_ENABLE": "0", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}}}
+    table = parallel.communication_variables(make({"tp1": _arm("tp1", gen)}, environment=env))
+    assert table.to_dict("records") == [
+        {"arm": "tp1", "variable": "NCCL_NVLS_ENABLE", "value": "0", "set_by": "user or the lab, before vLLM"},
+        {"arm": "tp1", "variable": "NCCL_CUMEM_ENABLE", "value": "0", "set_by": "vLLM"}]
+
+
+def test_multicast_is_turned_off_unless_the_user_chose():
+    environ = {"NCCL_NVLS_ENABLE": "1"}
+    table = parallel.keep_multicast_off(environ).set_index("variable")
+    assert environ == {"NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    assert table.loc["NCCL_NVLS_ENABLE", "set_by"] == "you"
+    assert table.loc["TORCH_SYMM_MEM_DISABLE_MULTICAST", "set_by"] == "the lab"
+    fresh = {}
+    parallel.keep_multicast_off(fresh)
+    assert fresh == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+def test_engine_counters_add_up_across_replicas_and_kv_usage_takes_the_fullest_pool(monkeypatch):
+    import sys
+    import types
+    from types import SimpleNamespace as Metric
+
+    from labkit import runner
+
+    snapshot = [Metric(name="vllm:num_preemptions", value=2), Metric(name="vllm:num_preemptions", value=3),
+                Metric(name="vllm:kv_cache_usage_perc", value=0.25), Metric(name="vllm:kv_cache_usage_perc", value=0.5),
+                Metric(name="vllm:iteration_tokens_total", value=99)]
+    reader = types.ModuleType("vllm.v1.metrics.reader")
+    reader.get_metrics_snapshot = lambda: snapshot
+    for name in ("vllm", "vllm.v1", "vllm.v1.metrics"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.v1.metrics.reader", reader)
+    assert runner.read_counters() == {"vllm:num_preemptions": 5.0, "vllm:kv_cache_usage_perc": 0.5}
