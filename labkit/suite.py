@@ -103,6 +103,9 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     if run_dir:
         run = Path(run_dir)
         meta = json.loads((run / "suite.json").read_text())
+        if overrides and overrides != meta.get("overrides", {}):
+            raise BadParameter(f"{run} was started with overrides {meta.get('overrides', {})}; a resumed run keeps "
+                               "them: start a new run for other overrides")
         profile, overrides = meta["profile"], meta.get("overrides", {})
         notebooks = discover(selection or meta["notebooks"])
     else:

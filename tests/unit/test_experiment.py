@@ -98,3 +98,10 @@ def test_max_model_len_beyond_the_shape_fails_before_any_engine(tmp_path):
     with pytest.raises(BadParameter, match="exceeds the llama3-8b shape's 8192 positions"):
         exp.run(progress=False)
     assert not (tmp_path / "too-long" / "arms").exists()
+
+
+def test_a_resumed_run_keeps_its_overrides(tmp_path):
+    (tmp_path / "suite.json").write_text(json.dumps({"profile": "cpu-smoke", "notebooks": ["00_quickstart.ipynb"],
+                                                     "overrides": {}}))
+    with pytest.raises(BadParameter, match="a resumed run keeps"):
+        suite.run_suite(run_dir=tmp_path, progress=False, overrides={"enforce_eager": True})
