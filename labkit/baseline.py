@@ -51,10 +51,6 @@ def pinned(hardware: str, root: Path = BASELINES) -> Path | None:
     return root / hardware / json.loads(pointer.read_text())["run"] if pointer.exists() else None
 
 
-def _loads(results) -> list[tuple[str, object]]:
-    return [(name, results.select(name)) for name in results.loads] or [("default", results)]
-
-
 def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
                  metrics: list[str] | None = None) -> pd.DataFrame:
     """Per experiment, load, arm and metric: the relative change against the baseline and a verdict."""
@@ -76,7 +72,12 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
             if arm not in now.complete_arms:
                 rows.append({"experiment": name, "arm": arm, "verdict": "regression",
                              "note": "complete in the baseline, not in this run"})
-        for (load_name, b), (_, n) in zip(_loads(base), _loads(now)):
+        now_loads = dict(now.per_load())
+        for load_name, b in base.per_load():
+            n = now_loads.get(load_name)
+            if n is None:
+                rows.append({"experiment": name, "load": load_name, "verdict": "missing in this run"})
+                continue
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
                 trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
                 note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "

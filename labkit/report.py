@@ -63,8 +63,7 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
             continue
         baseline_arm = results.complete_arms[0]
         record = stats.ab_record(results, baseline_arm, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])
-        for load_name in record.load.unique():
-            part = results.select(load_name) if len(results.loads) > 1 else results
+        for load_name, part in results.per_load():
             parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
             parts.append(_figure(plots.arm_comparison(part, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])))
             parts.append(f"<p><b>Conclusion:</b> {html.escape(stats.conclusion(record[record.load == load_name], baseline_arm))}</p>")

@@ -181,16 +181,11 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None, t
     return pd.DataFrame(rows)
 
 
-def _per_load(results):
-    loads = getattr(results, "loads", [])
-    return [(load, results.select(load)) for load in loads] if len(loads) > 1 else [(loads[0] if loads else "default", results)]
-
-
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
     """The record a team files: per load, arm and metric the value with its CI, and the change against
     the baseline arm with its CI and verdict."""
     rows = []
-    for load, part in _per_load(results):
+    for load, part in results.per_load():
         summary = summarize(part, metrics)
         for row in summary.itertuples():
             entry = {"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,

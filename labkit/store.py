@@ -149,6 +149,12 @@ class Results:
     def loads(self) -> list[str]:
         return list(dict.fromkeys(self.trials["load"])) if "load" in self.trials else []
 
+    def per_load(self) -> list[tuple[str, "Results"]]:
+        """(load name, its results) for each load; results of a single load (or none named) stay whole."""
+        if len(self.loads) > 1:
+            return [(name, self.select(name)) for name in self.loads]
+        return [(self.loads[0] if self.loads else "default", self)]
+
     def select(self, load: str) -> "Results":
         """The same results restricted to one load (statistics compare like with like)."""
         if load not in self.loads:

@@ -13,7 +13,7 @@ ENV = {"hardware_key": "h200", "gpus": ["NVIDIA H200"], "driver": "580", "packag
        "tuning_variables": {}}
 
 
-def make_run(path, experiments, hardware="h200", env=None, trials=3):
+def make_run(path, experiments, hardware="h200", env=None, trials=3, load=None):
     """A suite run folder: suite.json and a store with one arm per experiment, values drawn around `scale`."""
     path.mkdir(parents=True)
     (path / "suite.json").write_text(json.dumps({"profile": "h200", "hardware_key": hardware,
@@ -26,9 +26,11 @@ def make_run(path, experiments, hardware="h200", env=None, trials=3):
             work = store.new_workdir(arm)
             rows = [{"request": i, "trial": t, "ttft_ms": 50 + rng.normal(0, 1), "tpot_ms": tpot * (1 + rng.normal(0, 0.01)),
                      "e2e_ms": 500.0, "itl_ms": list(tpot * (1 + rng.normal(0, 0.01, 8))), "prompt_tokens": 128,
-                     "output_tokens": 9} for t in range(trials) for i in range(40)]
+                     "output_tokens": 9, **({"load": load} if load else {})}
+                    for t in range(trials) for i in range(40)]
             pd.DataFrame(rows).to_parquet(work / "requests.parquet")
-            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005))} for t in range(trials)]
+            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005)), **({"load": load} if load else {})}
+                          for t in range(trials)]
                          ).to_parquet(work / "trials.parquet")
             store.commit_arm(arm, work, {"arm": arm, "spec": {"knobs": {}}, "facts": {}, "environment": ENV})
     return path
@@ -145,3 +147,12 @@ def test_experiment_without_a_complete_baseline_arm_is_named(tmp_path):
     run = make_run(tmp_path / "run", {"exp": {"a": (5.0, 1000, 1)}})
     table = baseline.compare_runs(run, base)
     assert table.verdict.tolist() == ["new: no baseline"] and "no arm completed" in table.note.iloc[0]
+
+
+def test_loads_are_paired_by_name(tmp_path):
+    base = make_run(tmp_path / "base", {"exp": {"a": (5.0, 1000, 1)}}, load="batch1")
+    same = make_run(tmp_path / "same", {"exp": {"a": (5.0, 1000, 2)}}, load="batch1")
+    other = make_run(tmp_path / "other", {"exp": {"a": (5.0, 1000, 2)}}, load="c64")
+    assert set(baseline.compare_runs(same, base).load) == {"batch1"}
+    table = baseline.compare_runs(other, base)
+    assert table[["experiment", "load", "verdict"]].values.tolist() == [["exp", "batch1", "missing in this run"]]
