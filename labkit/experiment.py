@@ -68,15 +68,13 @@ class Experiment:
         if not isinstance(self.arms, dict) or not self.arms:
             raise BadParameter("arms must be a non-empty dict such as {'small': {'max_num_seqs': 4}}")
         self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
-        for name, load in self.loads.items():
-            if isinstance(load, Mix):
-                for part in load.parts:
-                    check_name(part, f"part of load {name!r}")
         if not self.loads or not all(isinstance(w, (Workload, Mix)) for w in self.loads.values()):
             raise BadParameter("workload must be a labkit Workload or a non-empty dict of named Workloads, got "
                                f"{self.workload!r}")
-        for load in self.loads:
-            check_name(load, "load")
+        for name, load in self.loads.items():
+            check_name(name, "load")
+            for part in getattr(load, "parts", {}):  # a Mix names its parts
+                check_name(part, f"part of load {name!r}")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
         check_knobs(self.base, "base")
@@ -97,10 +95,9 @@ class Experiment:
         makes that arm not applicable, with the reason, instead of failing the whole experiment."""
         merged = {**knobs, **self.overrides}
         try:
-            check_knobs(merged, f"arm {arm!r}")
-        except BadParameter as exc:
+            return plan_arm(merged, self.platform, f"arm {arm!r}")
+        except BadParameter as exc:  # the arm's own knobs passed in __post_init__: the override is at odds
             return ArmPlan(merged, {}, f"launch override {self.overrides} contradicts this arm: {exc}")
-        return plan_arm(merged, self.platform, f"arm {arm!r}")
 
     def _engine_args(self, plan: ArmPlan, ref: ModelRef) -> dict:
         args = {"model": ref.model, "load_format": ref.load_format, "disable_log_stats": False, "seed": 0}

@@ -50,8 +50,6 @@ def latency_cdf(results, column: str = "ttft_ms"):
 
 def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
     """One line per arm across the loads (e.g. TPOT against concurrency): cliffs show as jumps."""
-    from .stats import summarize
-
     loads = loads or results.loads
     rows = []
     for load in loads:
@@ -72,8 +70,6 @@ def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
 
 def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: float | None = None):
     """Throughput against tail latency, one point per batch setting; preempting settings in red."""
-    from .stats import summarize
-
     summary = summarize(results, ["output_tok_s", x]).pivot(index="arm", columns="metric", values="value")
     preempted = results.trials.groupby("arm").preemptions.sum()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))

@@ -67,9 +67,9 @@ class Topology:
         return pd.DataFrame(rows, columns=["gpu_a", "gpu_b", "link", "kind", "nvlinks", "meaning", "numa_a", "numa_b"])
 
     def meaning(self, code: str) -> str:
-        match = re.fullmatch(r"NV(\d+)", code)
-        if match:
-            return self.legend.get("NV#", LEGEND["NV#"]).replace("#", match.group(1))
+        kind, nvlinks = classify(code)
+        if kind == "NVLink":
+            return self.legend.get("NV#", LEGEND["NV#"]).replace("#", str(nvlinks))
         return self.legend.get(code, "not in nvidia-smi's legend")
 
     def summary(self) -> str:

@@ -33,8 +33,9 @@ def suite_runs(runs: Path) -> dict[bool, Path]:
 
 def finished(run: Path) -> bool:
     """Every notebook has a status (a failed one counts: its failure is the result)."""
-    notebooks = json.loads((run / "suite.json").read_text())["notebooks"]
-    return all((run / (n[:-len(".ipynb")].replace("/", "__") + ".status.json")).exists() for n in notebooks)
+    from labkit.suite import statuses
+
+    return len(statuses(run)) == len(json.loads((run / "suite.json").read_text())["notebooks"])
 
 
 def main() -> int:

@@ -62,11 +62,18 @@ def test_parse_overrides():
     assert suite.parse_overrides([]) == {}
 
 
-@pytest.mark.parametrize("items, words", [(["enforce_eager"], "KNOB=VALUE"), (["=1"], "KNOB=VALUE"),
-                                          (["eager=true"], "unknown knob"), (["max_num_seqs=-1"], "positive")])
-def test_bad_override_fails_before_anything_runs(items, words):
-    with pytest.raises(BadParameter, match=words):
+@pytest.mark.parametrize("items", [["enforce_eager"], ["=1"]])
+def test_an_override_without_a_value_is_a_clear_error(items):
+    with pytest.raises(BadParameter, match="KNOB=VALUE"):
         suite.parse_overrides(items)
+
+
+@pytest.mark.parametrize("items, words", [(["eager=true"], "unknown knob"), (["max_num_seqs=-1"], "positive")])
+def test_bad_override_fails_before_anything_runs(tmp_path, monkeypatch, items, words):
+    monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path))
+    with pytest.raises(BadParameter, match=words):
+        suite.run_suite(["00_quickstart"], "cpu-smoke", overrides=suite.parse_overrides(items), progress=False)
+    assert list(tmp_path.iterdir()) == []  # no run folder was made
 
 
 def test_environment_diff_names_the_override(tmp_path):
