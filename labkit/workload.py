@@ -182,6 +182,11 @@ class Workload:
         output = self.output_len.sample(rng, self.num_requests)
         return prompt, output, self.arrival.offsets(rng, self.num_requests)
 
+    @classmethod
+    def closed_loop(cls, requests: int, prompt_len: int, output_len: int, clients: int) -> "Workload":
+        """Fixed lengths, `clients` requests in flight: the lab's most common load."""
+        return cls(requests, Fixed(prompt_len), Fixed(output_len), Concurrency(clients))
+
     def longest_request(self) -> int:
         prompt, output, _ = self.lengths()
         return int((prompt + output).max())

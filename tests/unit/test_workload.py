@@ -257,3 +257,9 @@ def test_to_dict_names_kinds():
     assert data["prompt_len"] == {"kind": "Fixed", "n": 3}
     assert data["output_len"] == {"kind": "Uniform", "low": 1, "high": 2}
     assert data["arrival"] == {"kind": "Poisson", "rate": 2.0, "burstiness": 1.0}
+
+
+def test_closed_loop_is_fixed_lengths_at_fixed_concurrency():
+    w = Workload.closed_loop(requests=12, prompt_len=64, output_len=16, clients=4)
+    assert w == Workload(12, Fixed(64), Fixed(16), Concurrency(4))
+    assert w.longest_request() == 80
