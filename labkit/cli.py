@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("notebook")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     run.add_argument("-o", "--output-dir", help="where the executed notebook goes")
+    run.add_argument("--profile", help="start from a suite parameter profile (cpu-smoke, cpu, gpu, h200); "
+                     "-p values override it")
     sub.add_parser("env", help="print the environment fingerprint as JSON")
     suite = sub.add_parser("suite", help="run every notebook (or a layer, or a list) unattended, compare with "
                            "the pinned baseline, write the report; exit 1 on a regression, 3 on a failed notebook")
@@ -114,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             with pd.option_context("display.max_colwidth", 80, "display.width", 200):
                 print(read()[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
         else:
-            params = {name: _value(value) for name, value in args.parameter}
+            from .suite import parameters_for
+            params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
+            params.update({name: _value(value) for name, value in args.parameter})
             print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")
     except LabkitError as exc:
         print(f"labkit: {exc}", file=sys.stderr)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -35,14 +36,31 @@ def vllm_version() -> tuple[int, ...] | None:
 
 
 def nvidia_gpus() -> tuple[str, ...]:
+    """The GPUs this process may use: nvidia-smi lists every GPU of the host, CUDA_VISIBLE_DEVICES narrows
+    them (a run on one GPU of a two-GPU host is a one-GPU run, with its own baseline)."""
     if not shutil.which("nvidia-smi"):
         return ()
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return ()
-    return tuple(line.strip() for line in out.splitlines() if line.strip())
+    rows = [tuple(field.strip() for field in line.split(",", 2)) for line in out.splitlines() if line.count(",") >= 2]
+    return tuple(name for _, _, name in visible_gpus(rows, os.environ.get("CUDA_VISIBLE_DEVICES")))
+
+
+def visible_gpus(rows: list[tuple[str, str, str]], spec: str | None) -> list[tuple[str, str, str]]:
+    """(index, uuid, name) rows as CUDA sees them under CUDA_VISIBLE_DEVICES=spec: entries are indices or
+    (prefixes of) UUIDs, in the order given; like CUDA, the list ends at the first entry that names no GPU."""
+    if spec is None:
+        return list(rows)
+    chosen = []
+    for entry in (e.strip() for e in spec.split(",")):
+        match = [r for r in rows if r[0] == entry or (entry.startswith("GPU-") and r[1].startswith(entry))]
+        if len(match) != 1 or match[0] in chosen:
+            break
+        chosen.append(match[0])
+    return chosen
 
 
 @functools.lru_cache(maxsize=1)

@@ -196,9 +196,15 @@ def analyse(path: str | Path, top: int = 15) -> dict:
 
 
 def find_traces(directory: str | Path) -> list[Path]:
-    """Worker traces under a torch_profiler_dir, newest first; the frontend's async_llm traces are left out."""
+    """Worker traces under a torch_profiler_dir, rank 0's first (the ranks of a split model run the same
+    kernels), each rank's newest first; the frontend's async_llm traces are left out."""
     found = [p for p in Path(directory).rglob("*.pt.trace.json*") if ".async_llm." not in p.name]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    return sorted(found, key=lambda p: (_rank(p), -p.stat().st_mtime))
+
+
+def _rank(trace: Path) -> int:
+    match = re.match(r"(?:dp\d+[_-])?rank(\d+)\.", trace.name)
+    return int(match.group(1)) if match else 0
 
 
 def arm_trace(results, arm: str) -> Path:

@@ -1,5 +1,7 @@
 """Baseline comparison, report and journal on constructed suite runs (no engine)."""
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -125,6 +127,11 @@ def test_suite_selection_and_profiles():
     with pytest.raises(BadParameter, match="unknown parameter profile"):
         suite.parameters_for("tpu", every[0])
     assert suite.default_profile("cpu-intel-xeon") == "cpu-smoke" and suite.default_profile("h200") == "h200"
+    # a notebook's own entry overrides "*"; relative paths resolve; a notebook outside notebooks/ gets "*"
+    triangle = Path(os.path.relpath(suite.NOTEBOOKS / "L2_engine" / "batch_triangle.ipynb"))
+    assert suite.parameters_for("h200", triangle)["grid"].startswith("8,")
+    assert suite.parameters_for("h200", every[0]) == {}
+    assert suite.parameters_for("cpu-smoke", Path("/elsewhere/x.ipynb")) == {"smoke": True}
 
 
 def test_executed_copies_are_named_after_their_notebook():

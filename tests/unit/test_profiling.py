@@ -246,3 +246,11 @@ def test_kernel_summary_shortens_templated_names_after_categorizing(tmp_path):
     top = P.kernel_summary(ev)
     assert len(top["name"].iloc[0]) == P.NAME_WIDTH and top["name"].iloc[0].endswith("…")
     assert top["category"].iloc[0] == "gemm"
+
+
+def test_find_traces_puts_rank_zero_first_even_when_older(tmp_path):
+    import os
+    for i, name in enumerate(["rank0.1.pt.trace.json.gz", "rank1.2.pt.trace.json.gz"]):
+        (tmp_path / name).write_text("{}")
+        os.utime(tmp_path / name, (1000 - i, 1000 - i) if name.startswith("rank1") else (500, 500))
+    assert [p.name for p in P.find_traces(tmp_path)] == ["rank0.1.pt.trace.json.gz", "rank1.2.pt.trace.json.gz"]
