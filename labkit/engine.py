@@ -18,9 +18,11 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .platform import gpu_memory_in_use
 from .store import write_json_atomic
 
 LOG_TAIL_LINES = 40
+OCCUPIED_GIB = 1.0  # more than a CUDA context's worth in use before an engine starts: another process holds it
 
 _FAILURE_CAUSES = [  # (cause, pattern in the log), most specific first
     ("kv_cache_too_small", r"larger than the (?:maximum number of tokens that can be stored|available KV cache)"
@@ -93,6 +95,7 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")
     proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir)), name=f"labkit-arm-{job.arm}")
+    in_use = gpu_memory_in_use() if job.platform_kind == "cuda" else {}
     start = time.monotonic()
     proc.start()
     progress_file, seen, timed_out = workdir / "progress.jsonl", 0, False
@@ -117,9 +120,21 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
     if result_file.exists() and not timed_out:
         result = json.loads(result_file.read_text())
         if result["status"] == "complete":
-            return ArmOutcome("complete", workdir, seconds=seconds, facts=result["facts"])
+            facts = {**result["facts"], **({"gpu_gib_in_use_at_start": max(in_use.values())} if in_use else {})}
+            return ArmOutcome("complete", workdir, seconds=seconds, facts=facts)
     cause = classify_failure(log_text, proc.exitcode, timed_out)
-    return ArmOutcome("failed", workdir, cause=cause, log_tail=failure_summary(log_text), seconds=seconds)
+    return ArmOutcome("failed", workdir, cause=cause, log_tail=occupied_note(in_use) + failure_summary(log_text),
+                      seconds=seconds)
+
+
+def occupied_note(in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> str:
+    """For a failed start: which GPUs another process already held memory on, and what to do."""
+    held = {gpu: gib for gpu, gib in in_use.items() if gib > limit_gib}
+    if not held:
+        return ""
+    listed = ", ".join(f"GPU {gpu}: {gib:.1f} GiB" for gpu, gib in held.items())
+    return (f"before this engine started, memory was already in use ({listed}): another process, often an "
+            "engine left behind by an interrupted run, holds it. Stop it (nvidia-smi lists it) and rerun the arm.\n")
 
 
 def _kill_group(pid: int) -> None:

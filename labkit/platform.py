@@ -49,8 +49,24 @@ def nvidia_gpus() -> tuple[str, ...]:
     return tuple(name for _, _, name in visible_gpus(rows, os.environ.get("CUDA_VISIBLE_DEVICES")))
 
 
-def visible_gpus(rows: list[tuple[str, str, str]], spec: str | None) -> list[tuple[str, str, str]]:
-    """(index, uuid, name) rows as CUDA sees them under CUDA_VISIBLE_DEVICES=spec: entries are indices or
+def gpu_memory_in_use() -> dict[str, float]:
+    """GiB already in use on each GPU this process may use, by nvidia-smi index. Read before an engine
+    starts: memory another process holds (often an engine left behind by an interrupted run) shrinks the
+    KV cache or fails the start with errors that do not say why (e.g. CUBLAS_STATUS_INTERNAL_ERROR)."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    rows = [tuple(field.strip() for field in line.split(",")) for line in out.splitlines() if line.count(",") == 2]
+    return {index: round(float(mib) / 1024, 2) for index, _, mib in visible_gpus(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            if re.fullmatch(r"[\d.]+", mib)}
+
+
+def visible_gpus(rows: list[tuple[str, ...]], spec: str | None) -> list[tuple[str, ...]]:
+    """(index, uuid, ...) rows as CUDA sees them under CUDA_VISIBLE_DEVICES=spec: entries are indices or
     (prefixes of) UUIDs, in the order given; like CUDA, the list ends at the first entry that names no GPU."""
     if spec is None:
         return list(rows)
