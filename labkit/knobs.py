@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import BadParameter, NotApplicable
-from .platform import Platform
+from .platform import Platform, cpu_ranks_problem
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
@@ -80,8 +80,8 @@ def _tensor_parallel_args(value, platform: Platform) -> dict:
     if value > 1 and platform.kind == "cuda" and value > platform.gpu_count:
         raise NotApplicable(f"tensor_parallel_size={value} needs {value} GPUs; this machine has "
                             f"{platform.gpu_count}")
-    if value > 1 and platform.kind == "cpu":
-        raise NotApplicable("tensor parallelism across CPU sockets is not measured by the lab")
+    if value > 1 and platform.kind == "cpu" and (problem := cpu_ranks_problem(value)):
+        raise NotApplicable(problem)
     return {"tensor_parallel_size": value}
 
 

@@ -40,17 +40,18 @@ def keep_multicast_off(environ: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def scope_note(plan: pd.DataFrame) -> str:
-    """In plain words, from `Experiment.plan_table()`: which arms run here and, if the comparison cannot be
-    made on this machine, why."""
+def scope_note(plan: pd.DataFrame, split: str = "tp2", replicas: str = "dp2") -> str:
+    """In plain words, from `Experiment.plan_table()`: which arms run here and, for those that cannot, why
+    and which comparison is lost with them."""
     skipped = plan[~plan.runs_here]
     if skipped.empty:
         return f"every arm runs here ({', '.join(plan.arm)}): the comparison is measured on this machine"
     reasons = "\n".join(f"  {row.arm}: {row.why_not}" for row in skipped.itertuples())
     running = ", ".join(plan.arm[plan.runs_here]) or "none"
-    return (f"runs here: {running}. Not applicable here:\n{reasons}\nA split model and replicas both need at "
-            "least two GPUs, so TP=1 cannot be set against them on this machine: the 15 % rule and the "
-            "throughput per GPU are reported as not measurable. Run this notebook on a two-GPU machine.")
+    lost = (["the 15 % rule (TP=1 against TP=2)"] if split in set(skipped.arm) else []) + \
+           (["replicas against the split model (output per GPU)"] if {split, replicas} & set(skipped.arm) else [])
+    return (f"runs here: {running}. Not applicable here:\n{reasons}\nReported as not measurable on this machine: "
+            f"{'; '.join(lost) or 'nothing'}. Two GPUs, one per rank or replica, measure all of it.")
 
 
 def _status(results, arm: str) -> tuple[str, str | None]:

@@ -109,7 +109,6 @@ def test_bad_value_raises_before_platform_translation():
     ({"cuda_graphs": False}, "NVIDIA GPU"),
     ({"quantization": "fp8"}, "NVIDIA GPU"),
     ({"attention_backend": "FLASH_ATTN"}, "CPU_ATTN"),
-    ({"tensor_parallel_size": 2}, "tensor parallelism"),
     ({"data_parallel_size": 2}, "one GPU each"),
 ])
 def test_cpu_marks_gpu_knobs_not_applicable(knobs, words):
@@ -170,7 +169,7 @@ def test_data_parallel_needs_a_gpu_per_replica():
     assert plan_arm({"data_parallel_size": 1}, CPU).engine_args == {"data_parallel_size": 1}
 
 
-def test_tensor_times_data_parallel_gpus_are_counted_together():
+def test_tensor_times_data_parallel_gpus_are_counted_together(monkeypatch):
     two = Platform("cuda", (0, 26, 0), ("NVIDIA H200",) * 2)
     plan = plan_arm({"tensor_parallel_size": 2, "data_parallel_size": 2}, two)
     assert plan.not_applicable == ("tensor_parallel_size=2 x data_parallel_size=2 needs 4 GPUs; "
@@ -179,8 +178,20 @@ def test_tensor_times_data_parallel_gpus_are_counted_together():
     four = Platform("cuda", (0, 26, 0), ("NVIDIA H200",) * 4)
     assert plan_arm({"tensor_parallel_size": 2, "data_parallel_size": 2}, four).engine_args == {
         "tensor_parallel_size": 2, "data_parallel_size": 2}
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-3")
     on_cpu = plan_arm({"tensor_parallel_size": 2, "data_parallel_size": 2}, CPU)
-    assert on_cpu.not_applicable.startswith("tensor_parallel_size=2: tensor parallelism")
+    assert on_cpu.not_applicable.startswith("tensor_parallel_size=2: VLLM_CPU_OMP_THREADS_BIND='0-3' lists 1")
+
+
+def test_tensor_parallel_on_cpu_needs_a_numa_node_or_a_core_group_per_rank(monkeypatch):
+    from labkit.platform import cpu_ranks_problem
+    assert cpu_ranks_problem(2, bind="auto", nodes=2) is None
+    assert "'0|1'" in cpu_ranks_problem(2, bind="auto", nodes=1)
+    assert cpu_ranks_problem(2, bind="0|1") is None and cpu_ranks_problem(2, bind="nobind") is None
+    assert "lists 3 core group(s); 2 ranks need 2" in cpu_ranks_problem(2, bind="0|1|2")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    assert plan_arm({"tensor_parallel_size": 2}, CPU).engine_args == {"tensor_parallel_size": 2}
+    assert plan_arm({"data_parallel_size": 2}, CPU).not_applicable  # replicas stay a GPU matter
 
 
 def test_cuda_attention_backend():

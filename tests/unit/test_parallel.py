@@ -71,7 +71,8 @@ def test_better_with_tp2_passes_and_says_faster(gen):
 
 
 def test_tp2_not_applicable_is_not_measurable_with_the_reason(gen):
-    why = "tensor_parallel_size=2: tensor parallelism across CPU sockets is not measured by the lab"
+    why = ("tensor_parallel_size=2: vLLM on CPU binds each of the 2 ranks to a NUMA node of its own and this "
+           "machine has 1")
     r = make({"tp1": _arm("tp1", gen)}, skipped={"tp2": why})
     v = parallel.tp_rule(r)
     assert v.status == parallel.NOT_MEASURABLE and why in v.advice
@@ -137,8 +138,13 @@ def test_scope_note_says_why_not_here():
     plan = pd.DataFrame([{"arm": "tp1", "runs_here": True, "why_not": None},
                          {"arm": "tp2", "runs_here": False, "why_not": "needs 2 GPUs"}])
     note = parallel.scope_note(plan)
-    assert note.startswith("runs here: tp1.") and "tp2: needs 2 GPUs" in note and "two GPUs" in note
+    assert note.startswith("runs here: tp1.") and "tp2: needs 2 GPUs" in note and "Two GPUs" in note and "15 % rule" in note
     assert parallel.scope_note(plan.assign(runs_here=True)).startswith("every arm runs here")
+    replicas_only = pd.DataFrame([{"arm": "tp1", "runs_here": True, "why_not": None},
+                                  {"arm": "tp2", "runs_here": True, "why_not": None},
+                                  {"arm": "dp2", "runs_here": False, "why_not": "one GPU each"}])
+    note = parallel.scope_note(replicas_only)
+    assert "15 % rule" not in note and "replicas against the split model" in note
 
 
 # ---- communication and NCCL ------------------------------------------------------------------------------

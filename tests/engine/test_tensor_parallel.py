@@ -1,0 +1,48 @@
+"""Tensor parallelism through the lab's own path (knob, worker, resolved facts, per-rank traces, the 15 % rule)
+on the real vLLM CPU engine: two ranks on one core each, bound by VLLM_CPU_OMP_THREADS_BIND."""
+import os
+
+import pytest
+
+import labkit as lk
+from labkit import parallel, profiling
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def tp_results(tmp_path_factory):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("two CPU ranks need two cores")
+    saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # the arm workers inherit it: rank r on core r
+    try:
+        exp = lk.Experiment(
+            "tp", {"tp1": {"tensor_parallel_size": 1}, "tp2": {"tensor_parallel_size": 2}},
+            {"single": lk.Workload.closed_loop(3, 32, 16, clients=1)}, model="tiny-llama",
+            protocol=lk.Protocol(trials=2, warmup_requests=2, profile_requests=2),
+            results_dir=tmp_path_factory.mktemp("results"))
+        return exp.run(progress=False)
+    finally:
+        if saved is None:
+            del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+        else:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = saved
+
+
+def test_both_arms_run_with_the_parallel_size_vllm_resolved(tp_results):
+    assert tp_results.complete_arms == ["tp1", "tp2"], tp_results.facts("cause")
+    assert tp_results.facts("tensor_parallel_size").set_index("arm").tensor_parallel_size.to_dict() == {
+        "tp1": 1, "tp2": 2}
+
+
+def test_the_split_arm_keeps_rank_zeros_trace_and_shows_its_all_reduce(tp_results):
+    assert profiling.arm_trace(tp_results, "tp2").name.startswith("rank0.")
+    share = parallel.communication_share(profiling.profile_arms(tp_results)).set_index("arm")
+    assert share.loc["tp1", "communication_pct_of_busy"] == 0
+    assert share.loc["tp2", "communication_pct_of_busy"] > 0
+
+
+def test_the_15_percent_rule_is_measured(tp_results):
+    verdict = parallel.tp_rule(tp_results.select("single"))
+    assert verdict.status != parallel.NOT_MEASURABLE and len(verdict.comparisons) == 2
