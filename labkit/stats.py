@@ -126,10 +126,15 @@ class Comparison:
     ci_low: float
     ci_high: float
     verdict: str  # "better", "worse", "no detectable difference" or "too few trials"
+    threshold: float = 0.0  # the smallest change that counted
 
     def sentence(self) -> str:
+        verdict = self.verdict
+        if verdict == "no detectable difference" and self.threshold and (self.ci_low > 0 or self.ci_high < 0):
+            # the CI excludes no change, but not the band within the threshold: say so, not "no difference"
+            verdict += f" beyond +/-{self.threshold:.0%}"
         return (f"{self.metric}: {self.baseline:.4g} -> {self.candidate:.4g} ({self.rel_change:+.1%}, "
-                f"95% CI {self.ci_low:+.1%} to {self.ci_high:+.1%}): {self.verdict}")
+                f"95% CI {self.ci_low:+.1%} to {self.ci_high:+.1%}): {verdict}")
 
 
 def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, threshold: float = 0.0,
@@ -157,7 +162,7 @@ def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, th
         verdict = "no detectable difference"
     else:
         verdict = "worse" if (direction == "higher") == m.lower_is_better else "better"
-    return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), low, high, verdict)
+    return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), low, high, verdict, threshold)
 
 
 def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, threshold: float = 0.0) -> Comparison:

@@ -136,7 +136,9 @@ def test_threshold_hides_small_true_changes():
     plain = stats.compare_groups(base, cand, m)
     assert plain.verdict == "worse", plain.sentence()
     assert plain.rel_change == pytest.approx(0.03)
-    assert stats.compare_groups(base, cand, m, threshold=0.05).verdict == "no detectable difference"
+    hidden = stats.compare_groups(base, cand, m, threshold=0.05)
+    assert hidden.verdict == "no detectable difference"
+    assert hidden.sentence().endswith("no detectable difference beyond +/-5%")  # real, but under the threshold
     assert stats.compare_groups(base, cand, m, threshold=0.01).verdict == "worse"
     faster = [g * 0.97 for g in base]
     assert stats.compare_groups(base, faster, m, threshold=0.05).verdict == "no detectable difference"
