@@ -12,10 +12,12 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def tp_results(tmp_path_factory):
-    if (os.cpu_count() or 1) < 2:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
         pytest.skip("two CPU ranks need two cores")
     saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # the arm workers inherit it: rank r on core r
+    # the arm workers inherit it: each rank on a core of its own, of those this process may use
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}|{cores[1]}"
     try:
         exp = lk.Experiment(
             "tp", {"tp1": {"tensor_parallel_size": 1}, "tp2": {"tensor_parallel_size": 2}},
