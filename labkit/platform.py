@@ -66,7 +66,7 @@ def _query_visible_gpus(field: str) -> list[tuple[str, ...]]:
 def visible_gpus(rows: list[tuple[str, ...]], spec: str | None) -> list[tuple[str, ...]]:
     """(index, uuid, ...) rows as CUDA sees them under CUDA_VISIBLE_DEVICES=spec: entries are indices or
     (prefixes of) UUIDs, in the order given; like CUDA, the list ends at the first entry that names no GPU."""
-    if spec is None:
+    if spec is None or "MIG-" in spec:  # a MIG slice's GPU is not in nvidia-smi's GPU rows: keep them all
         return list(rows)
     chosen = []
     for entry in (e.strip() for e in spec.split(",")):

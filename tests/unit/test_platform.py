@@ -16,6 +16,10 @@ def test_uuid_prefix():
     assert visible_gpus(ROWS, "GPU-bbbb") == [ROWS[1]]
 
 
+def test_a_mig_slice_keeps_every_gpu_rather_than_none():
+    assert visible_gpus(ROWS, "MIG-0123abcd") == ROWS
+
+
 def test_empty_or_invalid_hides_gpus_and_the_list_ends_at_the_first_bad_entry():
     assert visible_gpus(ROWS, "") == []
     assert visible_gpus(ROWS, "-1") == []
