@@ -4,8 +4,8 @@
 2. the same selection rerun with one deliberate change left in the launch configuration (--override);
 3. `labkit compare` of the two, which writes the report (regressions flagged, the rest "no detectable change").
 
-State lives in DIR (runs/ and baselines/ under it); each call continues where the last one stopped, and
-DIR/done is written when the report exists.
+State lives in DIR (runs/, baselines/ and journal.jsonl under it); each call continues where the last one
+stopped, and DIR/done is written when the report exists.
     python3 scripts/regression_demo.py DIR --override enforce_eager=true SELECTION...
 """
 from __future__ import annotations
@@ -46,7 +46,9 @@ def main() -> int:
     parser.add_argument("selection", nargs="+")
     args = parser.parse_args()
     root = Path(args.dir).resolve()
-    os.environ["LABKIT_RUNS_DIR"], os.environ["LABKIT_BASELINES_DIR"] = str(root / "runs"), str(root / "baselines")
+    # all its state under DIR, the journal too: a demonstration adds nothing to this machine's own record
+    os.environ.update(LABKIT_RUNS_DIR=str(root / "runs"), LABKIT_BASELINES_DIR=str(root / "baselines"),
+                      LABKIT_JOURNAL=str(root / "journal.jsonl"))
     profile = ["--profile", args.profile] if args.profile else []
     for changed in (False, True):
         run = suite_runs(root / "runs").get(changed)
