@@ -120,7 +120,9 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
     if result_file.exists() and not timed_out:
         result = json.loads(result_file.read_text())
         if result["status"] == "complete":
-            facts = {**result["facts"], **({"gpu_gib_in_use_at_start": max(in_use.values())} if in_use else {})}
+            facts = result["facts"]
+            if in_use:
+                facts["gpu_gib_in_use_at_start"] = max(in_use.values())
             return ArmOutcome("complete", workdir, seconds=seconds, facts=facts)
     cause = classify_failure(log_text, proc.exitcode, timed_out)
     return ArmOutcome("failed", workdir, cause=cause, log_tail=occupied_note(in_use) + failure_summary(log_text),

@@ -48,8 +48,11 @@ def scope_note(plan: pd.DataFrame, split: str = "tp2", replicas: str = "dp2") ->
         return f"every arm runs here ({', '.join(plan.arm)}): the comparison is measured on this machine"
     reasons = "\n".join(f"  {row.arm}: {row.why_not}" for row in skipped.itertuples())
     running = ", ".join(plan.arm[plan.runs_here]) or "none"
-    lost = (["the 15 % rule (TP=1 against TP=2)"] if split in set(skipped.arm) else []) + \
-           (["replicas against the split model (output per GPU)"] if {split, replicas} & set(skipped.arm) else [])
+    lost = []
+    if split in set(skipped.arm):
+        lost.append("the 15 % rule (TP=1 against TP=2)")
+    if {split, replicas} & set(skipped.arm):
+        lost.append("replicas against the split model (output per GPU)")
     return (f"runs here: {running}. Not applicable here:\n{reasons}\nReported as not measurable on this machine: "
             f"{'; '.join(lost) or 'nothing'}. Two GPUs, one per rank or replica, measure all of it.")
 
