@@ -24,7 +24,9 @@ def breakdown(results) -> pd.DataFrame:
     for arm in results.complete_arms:
         f = results.arms.set_index("arm").loc[arm]
         dtype = str(f.get("dtype"))
-        weight_bytes = 1 if f.get("quantization") == "fp8" else DTYPE_BYTES.get(dtype, 2)
+        dtype_bytes = DTYPE_BYTES.get(dtype, 2)
+        weight_bytes = (shape.num_params * dtype_bytes if f.get("quantization") != "fp8" else
+                        shape.linear_params + (shape.num_params - shape.linear_params) * dtype_bytes)
         per_token = kv_bytes_per_token(shape, f.get("kv_cache_dtype"), dtype)
         # the pool's size: logged on GPUs; on a CPU it is the kv_cache_memory_bytes the arm asked for
         pool_gib = f.get("kv_cache_available_gib")
@@ -33,7 +35,7 @@ def breakdown(results) -> pd.DataFrame:
         tokens = f.get("kv_cache_tokens")
         rows.append({
             "arm": arm,
-            "weights_gib_computed": shape.num_params * weight_bytes / GIB,
+            "weights_gib_computed": weight_bytes / GIB,
             "weights_gib_measured": f.get("model_load_gib"),
             "kv_pool_gib": pool_gib,
             "graphs_gib": f.get("graph_capture_gib"),

@@ -55,13 +55,19 @@ class ModelShape:
         return self.hidden_size // self.num_heads
 
     @property
+    def linear_params(self) -> int:
+        """The decoder layers' projection weights (q, k, v, o, gate, up, down): what weight quantization
+        such as fp8 shrinks; embeddings, the LM head and the norms keep the model's dtype."""
+        attention = self.hidden_size * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        return self.num_layers * (attention + mlp)
+
+    @property
     def num_params(self) -> int:
-        h, hd = self.hidden_size, self.head_dim
-        attention = h * hd * (self.num_heads * 2 + self.num_kv_heads * 2)  # q, o, k, v
-        mlp = 3 * h * self.intermediate_size  # gate, up, down
-        per_layer = attention + mlp + 2 * h
+        h = self.hidden_size
+        norms = (2 * self.num_layers + 1) * h
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embeddings + h
+        return self.linear_params + embeddings + norms
 
     @property
     def matmul_params(self) -> int:

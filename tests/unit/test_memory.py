@@ -29,6 +29,19 @@ def test_breakdown_matches_what_an_h200_logged():
     assert row.max_concurrency_computed == pytest.approx(row.max_concurrency_measured, rel=0.01)
 
 
+def test_fp8_weights_shrink_only_the_decoder_projections():
+    # the H200's fp8_weights arm (vLLM 0.26) loaded 8.49 GiB: the layers' projections in fp8, while the
+    # embeddings and LM head (2 x 128256 x 4096) stay bf16; all-fp8 would be 7.48 GiB
+    facts = {"arm": "fp8", "status": "complete", "dtype": "bfloat16", "kv_cache_dtype": "auto",
+             "quantization": "fp8", "model_load_gib": 8.49, "kv_cache_available_gib": 116.09,
+             "graph_capture_gib": 0.32, "kv_cache_tokens": 950976, "max_model_len": 2304, "max_concurrency": 412.75,
+             "kv_cache_memory_bytes": None}
+    results = Results("m", None, {"shape": asdict(LLAMA)}, pd.DataFrame([facts]), pd.DataFrame(), pd.DataFrame(), {})
+    row = memory.breakdown(results).iloc[0]
+    assert row.weights_gib_computed == pytest.approx(8.49, rel=0.01)
+    assert LLAMA.num_params == 8_030_261_248  # Llama-3-8B's published parameter count
+
+
 def test_fitted_max_model_len_covers_the_quantile():
     prompts, outputs = [100] * 99 + [5000], [100] * 100
     assert memory.fitted_max_model_len(prompts, outputs, quantile=0.95) == 256
