@@ -79,23 +79,61 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
                 rows.append({"experiment": name, "load": load_name, "verdict": "missing in this run"})
                 continue
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
+                configuration = "same" if launch(base, arm) == launch(now, arm) else "changed"
                 trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
                 note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
                         "starts" if trials < 2 else None)
                 for name_m in metrics or METRICS:
                     m = metric(name_m)
                     c = compare_groups(groups(b, arm, m), groups(n, arm, m), m, threshold)
-                    rows.append({"experiment": name, "load": load_name, "arm": arm, "metric": name_m,
+                    rows.append({"experiment": name, "load": load_name, "arm": arm, "configuration": configuration,
+                                 "metric": name_m,
                                  "baseline": c.baseline, "run": c.candidate, "change": c.rel_change,
                                  "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": _VERDICT[c.verdict],
                                  "note": note})
-    columns = ["experiment", "load", "arm", "metric", "baseline", "run", "change", "ci_low", "ci_high",
+    columns = ["experiment", "load", "arm", "configuration", "metric", "baseline", "run", "change", "ci_low", "ci_high",
                "verdict", "note"]
     return pd.DataFrame(rows).reindex(columns=columns)
 
 
+def launch(results, arm: str) -> dict:
+    """What an arm was launched with: its knobs (launch overrides merged in) and the experiment's model,
+    workloads and protocol."""
+    row = results.arms.set_index("arm").loc[arm]
+    knobs = {k: v for k, v in row.items() if k.startswith("knob.") and not pd.isna(v)}
+    return {"knobs": knobs, **{k: results.spec.get(k) for k in ("model", "shape", "workloads", "protocol")}}
+
+
+def caution(comparison: pd.DataFrame) -> str | None:
+    """Control arms that moved. When a run changed some arms' launch configuration (an --override, a new
+    default), an arm launched exactly as in the baseline should not move; if it did, the machine moved
+    between the runs too (another job on the host, clocks, a driver), and the changed arms' verdicts hold
+    that drift as well as the change."""
+    if "configuration" not in comparison or not (comparison.configuration == "changed").any():
+        return None
+    moved = comparison[(comparison.configuration == "same") & comparison.verdict.isin(["regression", "improvement"])]
+    if moved.empty:
+        return None
+    arms = ", ".join(sorted({f"{r.experiment}/{r.arm}" for r in moved.itertuples()}))
+    return (f"{len(moved)} verdicts on arms launched exactly as in the baseline ({arms}): the machine moved "
+            "between the runs as well as the configuration, so the changed arms' verdicts hold both; rerun "
+            "both sides on a quiet machine before reading them as the change's effect")
+
+
+HOST_LOAD = "host: other processes' busy cores during trials"
+
+
+def other_cores(run: str | Path) -> float | None:
+    """The mean over the run's trials of the cores kept busy by processes outside the engine (None when no
+    trial recorded it: runs made before it was measured)."""
+    values = pd.concat([load(name, Path(run) / "results").trials.get("host_other_cores", pd.Series(dtype=float))
+                        for name in experiments(run)] or [pd.Series(dtype=float)]).dropna()
+    return round(float(values.mean()), 1) if len(values) else None
+
+
 def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
-    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides."""
+    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides, and
+    other work on the host when it differs by half a core or more."""
     def flat(meta: dict) -> dict:
         env = meta["environment"]
         out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "python", "os")}
@@ -104,5 +142,8 @@ def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
         out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})
         return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
     a, b = flat(suite_meta(baseline)), flat(suite_meta(run))
+    loads = other_cores(baseline), other_cores(run)
+    if None not in loads and abs(loads[0] - loads[1]) >= 0.5:
+        a[HOST_LOAD], b[HOST_LOAD] = loads
     return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
-                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)])
+                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)], columns=["what", "baseline", "run"])

@@ -41,7 +41,7 @@ EXIT_REGRESSION, EXIT_NOTEBOOK_FAILED = 1, 3
 
 def compare_and_report(run: Path, baseline: str | None, threshold: float, statuses: list[dict]) -> int:
     """Compare a suite run with its baseline, write the report, print the verdicts; the exit status."""
-    from .baseline import compare_runs, environment_diff, pinned, suite_meta
+    from .baseline import caution, compare_runs, environment_diff, pinned, suite_meta
     from .report import write_report
 
     base = Path(baseline) if baseline else pinned(suite_meta(run)["hardware_key"])
@@ -54,6 +54,8 @@ def compare_and_report(run: Path, baseline: str | None, threshold: float, status
         for row in comparison[comparison.verdict == "regression"].itertuples():
             print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
                   if isinstance(row.change, float) else f"  REGRESSION {row.experiment} {row.arm}: {row.note}")
+        if caution(comparison):
+            print(f"  CAUTION {caution(comparison)}")
     else:
         print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
     print(f"report: {write_report(run, comparison, env_diff, statuses)}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .baseline import experiments, suite_meta
+from .baseline import caution, experiments, suite_meta
 from .store import load
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
@@ -51,7 +51,10 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
     if overrides:
         parts.append(f"<p class='regression'><b>Launch overrides forced onto every arm:</b> "
                      f"{html.escape(json.dumps(overrides))}</p>")
-    parts += ["<h2>Verdicts against the baseline</h2>", _verdict_table(comparison)]
+    parts.append("<h2>Verdicts against the baseline</h2>")
+    if comparison is not None and caution(comparison):
+        parts.append(f"<p class='regression'><b>Caution:</b> {html.escape(caution(comparison))}</p>")
+    parts.append(_verdict_table(comparison))
     if statuses:
         parts.append("<h2>Notebooks</h2>" + pd.DataFrame(statuses).to_html(index=False))
     if env_diff is not None and not env_diff.empty:

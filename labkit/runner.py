@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .hostload import OtherLoad
 from .workload import Burst, Concurrency, Mix, Request, Workload
 
 COUNTERS = {  # vLLM metric name -> column in the trial table
@@ -143,7 +144,7 @@ def content_seed(load_index: int, trial: int) -> int:
 
 async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol,
                     load_index: int = 0):
-    before = read_counters()
+    before, others = read_counters(), OtherLoad()
     kv_samples: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_kv_usage(kv_samples, protocol.kv_sample_interval_s, stop))
@@ -170,6 +171,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
         "output_tok_s": output_tokens / duration,
         "total_tok_s": (output_tokens + prompt_tokens) / duration,
         "kv_usage_peak_pct": 100 * max(kv_samples, default=0.0),
+        "host_other_cores": others.cores(),
     }
     for name, column in COUNTERS.items():
         summary[column] = after.get(name, 0.0) - before.get(name, 0.0)

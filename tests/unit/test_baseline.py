@@ -15,8 +15,9 @@ ENV = {"hardware_key": "h200", "gpus": ["NVIDIA H200"], "driver": "580", "packag
        "tuning_variables": {}}
 
 
-def make_run(path, experiments, hardware="h200", env=None, trials=3, load=None):
-    """A suite run folder: suite.json and a store with one arm per experiment, values drawn around `scale`."""
+def make_run(path, experiments, hardware="h200", env=None, trials=3, load=None, knobs=None, other_cores=None):
+    """A suite run folder: suite.json and a store per experiment, an arm's values drawn around its (TPOT,
+    tok/s) with its seed; `knobs` gives an arm its launch knobs, `other_cores` the trials' host load."""
     path.mkdir(parents=True)
     (path / "suite.json").write_text(json.dumps({"profile": "h200", "hardware_key": hardware,
                                                  "environment": env or ENV}))
@@ -31,10 +32,12 @@ def make_run(path, experiments, hardware="h200", env=None, trials=3, load=None):
                      "output_tokens": 9, **({"load": load} if load else {})}
                     for t in range(trials) for i in range(40)]
             pd.DataFrame(rows).to_parquet(work / "requests.parquet")
-            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005)), **({"load": load} if load else {})}
+            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005)), **({"load": load} if load else {}),
+                           **({"host_other_cores": other_cores} if other_cores is not None else {})}
                           for t in range(trials)]
                          ).to_parquet(work / "trials.parquet")
-            store.commit_arm(arm, work, {"arm": arm, "spec": {"knobs": {}}, "facts": {}, "environment": ENV})
+            store.commit_arm(arm, work, {"arm": arm, "spec": {"knobs": (knobs or {}).get(arm, {})}, "facts": {},
+                                         "environment": ENV})
     return path
 
 
@@ -95,6 +98,31 @@ def test_exit_status_and_report(tmp_path):
     assert cli.main(["compare", str(same), "--baseline", str(base)]) == 0
     (same / "x.status.json").write_text(json.dumps({"notebook": "x", "status": "failed", "error": "boom"}))
     assert cli.main(["compare", str(same), "--baseline", str(base)]) == cli.EXIT_NOTEBOOK_FAILED
+
+
+def test_control_arms_that_moved_are_named(tmp_path, capsys):
+    # the H200 demonstration's shape: an enforce_eager override changes the `graphs` arm, while the `eager`
+    # arm is launched exactly as in the baseline; it moved anyway (the host was busy), and the report says so
+    base = make_run(tmp_path / "base", {"hot": {"eager": (20.0, 580.0, 1), "graphs": (5.0, 1400.0, 2)}},
+                    knobs={"eager": {"enforce_eager": True}}, other_cores=0.3)
+    eager_everywhere = {"eager": {"enforce_eager": True}, "graphs": {"enforce_eager": True}}
+    drifted = make_run(tmp_path / "drifted", {"hot": {"eager": (32.0, 360.0, 3), "graphs": (30.0, 250.0, 4)}},
+                       knobs=eager_everywhere, other_cores=11.0)
+    steady = make_run(tmp_path / "steady", {"hot": {"eager": (20.0, 580.0, 5), "graphs": (20.0, 580.0, 6)}},
+                      knobs=eager_everywhere, other_cores=0.6)
+    table = baseline.compare_runs(drifted, base)
+    assert set(table[table.arm == "eager"].configuration) == {"same"}
+    assert set(table[table.arm == "graphs"].configuration) == {"changed"}
+    assert "hot/eager" in baseline.caution(table) and "hot/graphs" not in baseline.caution(table)
+    assert baseline.caution(baseline.compare_runs(steady, base)) is None
+    # the busy host shows among the environment's changes; a 0.3-core difference is not a change
+    assert baseline.environment_diff(drifted, base).set_index("what").loc[baseline.HOST_LOAD].tolist() == [0.3, 11.0]
+    assert baseline.HOST_LOAD not in set(baseline.environment_diff(steady, base).what)
+    # a rerun with no configuration change (an upgrade) has no controls: every move is the finding
+    assert baseline.caution(baseline.compare_runs(make_run(tmp_path / "upgrade", {"hot": {
+        "eager": (32.0, 360.0, 7), "graphs": (6.0, 1200.0, 8)}}, knobs={"eager": {"enforce_eager": True}}), base)) is None
+    assert cli.main(["compare", str(drifted), "--baseline", str(base)]) == cli.EXIT_REGRESSION
+    assert "CAUTION" in capsys.readouterr().out and "Caution:" in (drifted / "report.html").read_text()
 
 
 def test_pin_never_overwrites(tmp_path):
