@@ -8,7 +8,7 @@ and the answer backs off one notch from the largest meeting value, for headroom.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -27,13 +27,16 @@ class SloResult:
     binding_constraint: str | None  # the metric that fails first above the largest meeting value
     measured: dict[int, Measurement] = field(default_factory=dict)
     note: str = ""
+    from_store: int = 0  # settings the search read from results already stored: no engine started for them
 
     def sentence(self, knob: str = "max_num_seqs") -> str:
+        starts = f"{self.engine_starts} engine starts" + (
+            f" and {self.from_store} settings read from the store" if self.from_store else "")
         if self.answer is None:
-            return f"no {knob} on the grid meets the SLOs ({self.note}); {self.engine_starts} engine starts"
+            return f"no {knob} on the grid meets the SLOs ({self.note}); {starts}"
         return (f"{knob}={self.answer} (largest meeting: {self.largest_meeting}, backed off one notch); "
                 f"binding constraint: {self.binding_constraint or 'none within the grid'}; "
-                f"{self.engine_starts} engine starts" + (f"; {self.note}" if self.note else ""))
+                f"{starts}" + (f"; {self.note}" if self.note else ""))
 
 
 def check_slos(slos: dict[str, float]) -> None:
@@ -109,14 +112,19 @@ def search_max_num_seqs(experiment, grid: list[int], slos: dict[str, float], arm
     if missing:
         raise BadParameter(f"the experiment has no arms {missing} for the grid")
 
+    stored = set()
+
     def evaluate(value: int) -> Measurement:
         arm = arm_name(value)
+        if experiment.store.completed_spec(arm) is not None:
+            stored.add(value)
         results = experiment.run(progress=progress, only=[arm])
         if arm not in results.complete_arms:  # a failed engine meets no SLO
             return {name: (np.nan, np.nan, np.nan) for name in slos}
         table = summarize(results, list(slos)).set_index(["arm", "metric"])
         return {name: tuple(table.loc[(arm, name), ["value", "ci_low", "ci_high"]]) for name in slos}
-    return search(evaluate, grid, slos)
+    result = search(evaluate, grid, slos)
+    return replace(result, engine_starts=result.engine_starts - len(stored), from_store=len(stored))
 
 
 def goodput_by_arm(results, slos: dict[str, float]) -> "pd.DataFrame":
