@@ -54,8 +54,8 @@ def compare_and_report(run: Path, baseline: str | None, threshold: float, status
         for row in comparison[comparison.verdict == "regression"].itertuples():
             print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
                   if isinstance(row.change, float) else f"  REGRESSION {row.experiment} {row.arm}: {row.note}")
-        if caution(comparison):
-            print(f"  CAUTION {caution(comparison)}")
+        if warning := caution(comparison):
+            print(f"  CAUTION {warning}")
     else:
         print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
     print(f"report: {write_report(run, comparison, env_diff, statuses)}")

@@ -6,9 +6,16 @@ from __future__ import annotations
 import os
 import time
 
+try:
+    import psutil  # comes with vLLM; without it the measurement is simply missing
+except ImportError:  # pragma: no cover - analysis-only installs
+    psutil = None
+
 
 def _host_busy_s() -> float | None:
     """CPU seconds the whole host spent busy since boot (Linux /proc/stat; None elsewhere)."""
+    if psutil is None:
+        return None
     try:
         with open("/proc/stat") as stat:
             ticks = [int(x) for x in stat.readline().split()[1:9]]
@@ -20,8 +27,6 @@ def _host_busy_s() -> float | None:
 
 def _own_cpu_s() -> float:
     """CPU seconds of this process and its descendants (the engine core, its workers), live or reaped."""
-    import psutil
-
     me = psutil.Process()
     total = 0.0
     for proc in (me, *me.children(recursive=True)):
@@ -37,7 +42,8 @@ class OtherLoad:
     """Cores kept busy by processes outside this one and its descendants, from creation to `cores()`."""
 
     def __init__(self):
-        self._start = (time.monotonic(), _host_busy_s(), _own_cpu_s())
+        host = _host_busy_s()
+        self._start = (time.monotonic(), host, _own_cpu_s() if host is not None else 0.0)
 
     def cores(self) -> float | None:
         wall0, host0, own0 = self._start

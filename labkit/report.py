@@ -52,8 +52,8 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
         parts.append(f"<p class='regression'><b>Launch overrides forced onto every arm:</b> "
                      f"{html.escape(json.dumps(overrides))}</p>")
     parts.append("<h2>Verdicts against the baseline</h2>")
-    if comparison is not None and caution(comparison):
-        parts.append(f"<p class='regression'><b>Caution:</b> {html.escape(caution(comparison))}</p>")
+    if comparison is not None and (warning := caution(comparison)):
+        parts.append(f"<p class='regression'><b>Caution:</b> {html.escape(warning)}</p>")
     parts.append(_verdict_table(comparison))
     if statuses:
         parts.append("<h2>Notebooks</h2>" + pd.DataFrame(statuses).to_html(index=False))

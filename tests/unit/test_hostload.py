@@ -9,17 +9,21 @@ SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 
 
 def test_a_stranger_spinning_counts_and_our_own_work_does_not():
+    quiet = OtherLoad()  # whatever else this machine runs meanwhile: the level the others are read against
+    time.sleep(1.0)
+    background = quiet.cores()
+
     own = OtherLoad()
     end = time.time() + 1.0
     while time.time() < end:  # this process busy: not "other"
         pass
     child = subprocess.Popen([sys.executable, "-c", SPIN.format(s=1.0)])  # a descendant: ours too
     child.wait()
-    assert own.cores() < 0.5
+    assert own.cores() < background + 0.5
 
     # a process that is not our descendant (started by a shell that exits at once): someone else's load
     subprocess.run(["sh", "-c", f"{sys.executable} -c '{SPIN.format(s=1.5)}' >/dev/null 2>&1 &"], check=True)
     time.sleep(0.1)
     stranger = OtherLoad()
     time.sleep(1.2)
-    assert stranger.cores() > 0.6
+    assert stranger.cores() > background + 0.4
