@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     suite.add_argument("selection", nargs="*", help="layers (L3), folders (L3_kernel) or notebooks; default all")
     suite.add_argument("--profile", help="parameter profile (cpu-smoke, cpu, gpu, h200); default by hardware")
     suite.add_argument("--resume", metavar="RUN", help="finish an interrupted suite run")
-    suite.add_argument("--override", action="append", default=[], metavar="KNOB=VALUE",
-                       help="force a knob onto every arm of every experiment (e.g. enforce_eager=true): "
-                       "rerun the suite with one deliberate change")
+    suite.add_argument("--override", action="append", default=[], metavar="[SELECTION:]KNOB=VALUE",
+                       help="force a knob onto every arm of every experiment (e.g. enforce_eager=true), or of the "
+                       "notebooks a selection names (L3_kernel/profile_hotspots:enforce_eager=true): rerun the "
+                       "suite with one deliberate change")
     suite.add_argument("--baseline", metavar="DIR", help="compare with this run instead of the pinned baseline")
     suite.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (0.05 = 5 %%)")
     pin = sub.add_parser("baseline", help="pin a suite run as the baseline for its hardware")

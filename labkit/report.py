@@ -49,7 +49,8 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
              f"<h1>Suite run {html.escape(run.name)}</h1>"]
     overrides = suite_meta(run).get("overrides") if (run / "suite.json").exists() else None
     if overrides:
-        parts.append(f"<p class='regression'><b>Launch overrides forced onto every arm:</b> "
+        parts.append(f"<p class='regression'><b>Launch overrides forced onto the arms (a SELECTION: prefix "
+                     f"limits one to those notebooks):</b> "
                      f"{html.escape(json.dumps(overrides))}</p>")
     parts.append("<h2>Verdicts against the baseline</h2>")
     if comparison is not None and (warning := caution(comparison)):

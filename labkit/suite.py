@@ -6,7 +6,9 @@ never resumes from an old one), status.json per notebook and suite.json. A run i
 folder: notebooks already done are skipped and an interrupted experiment resumes inside its store.
 
 Launch overrides (`--override enforce_eager=true`) force knobs onto every arm of every experiment: the way
-to rerun the suite with one deliberate change and see what it does to each experiment.
+to rerun the suite with one deliberate change and see what it does to each experiment. An override scoped
+to a selection (`--override L3_kernel/profile_hotspots:enforce_eager=true`) changes only those notebooks,
+and the others are the comparison's controls: they should show no detectable change.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 from .errors import BadParameter
+from .knobs import check_knobs
 from .store import write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,18 +79,40 @@ def _slug(notebook: Path) -> str:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """`enforce_eager=true` -> {"enforce_eager": True}: values are JSON where they parse, text otherwise
-    (run_suite checks them as knobs)."""
+    """`enforce_eager=true` -> {"enforce_eager": True}, and a scoped one, `L3:enforce_eager=true` ->
+    {"L3:enforce_eager": True}: values are JSON where they parse, text otherwise (run_suite checks them)."""
     knobs = {}
     for item in items:
         name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise BadParameter(f"an override is KNOB=VALUE, such as enforce_eager=true; got {item!r}")
+        if not sep or not name.rpartition(":")[2]:
+            raise BadParameter(f"an override is [SELECTION:]KNOB=VALUE, such as enforce_eager=true or "
+                               f"L3_kernel/profile_hotspots:enforce_eager=true; got {item!r}")
         try:
             knobs[name] = json.loads(text)
         except json.JSONDecodeError:
             knobs[name] = text
     return knobs
+
+
+def overrides_for(overrides: dict, notebook: Path) -> dict:
+    """The knobs forced onto one notebook's arms: the unscoped overrides and those whose selection names it."""
+    knobs = {}
+    for name, value in overrides.items():
+        scope, _, knob = name.rpartition(":")
+        if not scope or notebook in discover([scope]):
+            knobs[knob] = value
+    return knobs
+
+
+def check_overrides(overrides: dict, notebooks: list[Path]) -> None:
+    """Every override is a valid knob for the notebooks it reaches, and a scoped one reaches at least one."""
+    for nb in notebooks:
+        check_knobs(overrides_for(overrides, nb), "--override")
+    for name in overrides:
+        scope = name.rpartition(":")[0]
+        if scope and not set(discover([scope])) & set(notebooks):
+            raise BadParameter(f"override {name!r}: {scope!r} names none of this run's notebooks "
+                               f"{[str(p.relative_to(NOTEBOOKS)) for p in notebooks]}; add it to the selection")
 
 
 def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,
@@ -98,7 +123,6 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
 
     from .environment import fingerprint, hardware_key
     from .experiment import LAUNCH_OVERRIDES_VARIABLE
-    from .knobs import check_knobs
 
     hardware = hardware_key()
     if run_dir:
@@ -112,9 +136,9 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     else:
         notebooks = discover(selection)  # bad selections, profiles and overrides fail before anything runs
         profile, overrides = profile or default_profile(hardware), overrides or {}
-        check_knobs(overrides, "--override")
         for nb in notebooks:
             parameters_for(profile, nb)
+        check_overrides(overrides, notebooks)
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         run = runs_dir() / f"{stamp}-{hardware}"
         run.mkdir(parents=True)
@@ -122,13 +146,13 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
                                                "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
                                                "overrides": overrides, "environment": fingerprint()})
     os.environ["LABKIT_RESULTS_DIR"] = str((run / "results").resolve())  # the kernels inherit both
-    os.environ[LAUNCH_OVERRIDES_VARIABLE] = json.dumps(overrides)
     bar = tqdm(notebooks, desc="suite", unit="notebook", disable=not progress)
     for nb in bar:
         status_file = run / f"{_slug(nb)}.status.json"
         if status_file.exists() and json.loads(status_file.read_text())["status"] == "ok":
             continue
         bar.set_postfix_str(nb.name)
+        os.environ[LAUNCH_OVERRIDES_VARIABLE] = json.dumps(overrides_for(overrides, nb))
         started, error = time.monotonic(), None
         try:
             papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"), parameters=parameters_for(profile, nb),
