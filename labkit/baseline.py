@@ -14,7 +14,7 @@ import pandas as pd
 
 from .errors import BadParameter, StoreConflict
 from .stats import compare_groups, groups, metric
-from .store import load, write_json_atomic
+from .store import ExperimentStore, load, spec_hash, write_json_atomic
 
 METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
 BASELINES = Path(os.environ.get("LABKIT_BASELINES_DIR", Path(__file__).resolve().parent.parent / "data" / "baselines"))
@@ -79,7 +79,7 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
                 rows.append({"experiment": name, "load": load_name, "verdict": "missing in this run"})
                 continue
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
-                configuration = "same" if launch(base, arm) == launch(now, arm) else "changed"
+                configuration = "same" if _launch(run, name, arm) == _launch(baseline, name, arm) else "changed"
                 trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
                 note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
                         "starts" if trials < 2 else None)
@@ -96,12 +96,10 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
     return pd.DataFrame(rows).reindex(columns=columns)
 
 
-def launch(results, arm: str) -> dict:
-    """What an arm was launched with: its knobs (launch overrides merged in) and the experiment's model,
-    workloads and protocol."""
-    row = results.arms.set_index("arm").loc[arm]
-    knobs = {k: v for k, v in row.items() if k.startswith("knob.") and not pd.isna(v)}
-    return {"knobs": knobs, **{k: results.spec.get(k) for k in ("model", "shape", "workloads", "protocol")}}
+def _launch(run: str | Path, experiment: str, arm: str) -> str:
+    """The hash of the spec an arm was launched with (knobs with overrides merged in, engine arguments,
+    model, workloads, protocol): the rule the store resumes by, so "same" means what resuming means."""
+    return spec_hash(ExperimentStore(experiment, Path(run) / "results").completed_spec(arm))
 
 
 def caution(comparison: pd.DataFrame) -> str | None:

@@ -14,8 +14,6 @@ except ImportError:  # pragma: no cover - analysis-only installs
 
 def _host_busy_s() -> float | None:
     """CPU seconds the whole host spent busy since boot (Linux /proc/stat; None elsewhere)."""
-    if psutil is None:
-        return None
     try:
         with open("/proc/stat") as stat:
             ticks = [int(x) for x in stat.readline().split()[1:9]]
@@ -42,7 +40,7 @@ class OtherLoad:
     """Cores kept busy by processes outside this one and its descendants, from creation to `cores()`."""
 
     def __init__(self):
-        host = _host_busy_s()
+        host = _host_busy_s() if psutil else None  # without psutil our own share cannot be taken out
         self._start = (time.monotonic(), host, _own_cpu_s() if host is not None else 0.0)
 
     def cores(self) -> float | None:

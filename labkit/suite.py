@@ -78,13 +78,19 @@ def _slug(notebook: Path) -> str:
     return str(notebook.relative_to(NOTEBOOKS).with_suffix("")).replace("/", "__")
 
 
+def _scoped(name: str) -> tuple[str, str]:
+    """An override's name as (selection, knob): "L3:enforce_eager" -> ("L3", "enforce_eager"), "" when unscoped."""
+    scope, _, knob = name.rpartition(":")
+    return scope, knob
+
+
 def parse_overrides(items: list[str]) -> dict:
     """`enforce_eager=true` -> {"enforce_eager": True}, and a scoped one, `L3:enforce_eager=true` ->
     {"L3:enforce_eager": True}: values are JSON where they parse, text otherwise (run_suite checks them)."""
     knobs = {}
     for item in items:
         name, sep, text = item.partition("=")
-        if not sep or not name.rpartition(":")[2]:
+        if not sep or not _scoped(name)[1]:
             raise BadParameter(f"an override is [SELECTION:]KNOB=VALUE, such as enforce_eager=true or "
                                f"L3_kernel/profile_hotspots:enforce_eager=true; got {item!r}")
         try:
@@ -98,7 +104,7 @@ def overrides_for(overrides: dict, notebook: Path) -> dict:
     """The knobs forced onto one notebook's arms: the unscoped overrides and those whose selection names it."""
     knobs = {}
     for name, value in overrides.items():
-        scope, _, knob = name.rpartition(":")
+        scope, knob = _scoped(name)
         if not scope or notebook in discover([scope]):
             knobs[knob] = value
     return knobs
@@ -109,7 +115,7 @@ def check_overrides(overrides: dict, notebooks: list[Path]) -> None:
     for nb in notebooks:
         check_knobs(overrides_for(overrides, nb), "--override")
     for name in overrides:
-        scope = name.rpartition(":")[0]
+        scope = _scoped(name)[0]
         if scope and not set(discover([scope])) & set(notebooks):
             raise BadParameter(f"override {name!r}: {scope!r} names none of this run's notebooks "
                                f"{[str(p.relative_to(NOTEBOOKS)) for p in notebooks]}; add it to the selection")
