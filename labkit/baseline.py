@@ -2,6 +2,12 @@
 
 A change counts only when its whole 95 % interval lies beyond the threshold (default 5 %): a regression
 or an improvement; anything else is "no detectable change" at this noise.
+
+One run's trials hold only the noise within one engine. Between engine starts and between machines of
+the same kind an arm can move much more (on the H200, an eager engine's throughput differed 2.2x
+between two runs of the same launch), so a baseline can hold replicates: further runs of the same
+configuration. With two or more, an arm's interval also holds the 95 % prediction interval of a new run
+from the replicates' spread, and only a change beyond what the baseline itself varied by counts.
 """
 from __future__ import annotations
 
@@ -10,10 +16,12 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .errors import BadParameter, StoreConflict
-from .stats import compare_groups, groups, metric
+from .stats import compare_groups, groups, metric, point, t_quantile
+from .stats import verdict as stats_verdict
 from .store import ExperimentStore, load, spec_hash, write_json_atomic
 
 METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
@@ -34,30 +42,52 @@ def experiments(run: str | Path) -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/experiment.json")) if root.exists() else []
 
 
-def pin(run: str | Path, root: Path = BASELINES) -> Path:
-    """Copy a suite run into data/baselines/<hardware>/ and make it the pinned baseline there."""
+def pin(run: str | Path, root: Path = BASELINES, replicate: bool = False) -> Path:
+    """Copy a suite run into data/baselines/<hardware>/ and make it the pinned baseline there, or with
+    `replicate` add it to the pinned baseline as one more run of the same configuration."""
     run = Path(run)
-    hardware = suite_meta(run)["hardware_key"]
+    meta = suite_meta(run)
+    hardware = meta["hardware_key"]
     target = root / hardware / run.name
     if target.exists():
         raise StoreConflict(f"{target} exists already; baselines are never overwritten")
+    if replicate:
+        if pinned(hardware, root) is None:
+            raise BadParameter(f"no baseline is pinned for {hardware}: pin one first with `labkit baseline RUN`")
+        if meta.get("overrides"):
+            raise BadParameter(f"{run} ran with launch overrides {meta['overrides']}: a replicate measures how much "
+                               "the baseline's own configuration varies, so run it without --override")
     shutil.copytree(run, target, ignore=shutil.ignore_patterns(".work", "*.tmp"))
-    write_json_atomic(root / hardware / "pinned.json", {"run": run.name})
+    runs = [path.name for path in baseline_runs(hardware, root)] + [run.name] if replicate else [run.name]
+    write_json_atomic(root / hardware / "pinned.json", {"run": runs[0], "replicates": runs[1:]})
     return target
 
 
-def pinned(hardware: str, root: Path = BASELINES) -> Path | None:
+def baseline_runs(hardware: str, root: Path = BASELINES) -> list[Path]:
+    """The pinned baseline run of this hardware, then its replicates (empty when none is pinned)."""
     pointer = root / hardware / "pinned.json"
-    return root / hardware / json.loads(pointer.read_text())["run"] if pointer.exists() else None
+    if not pointer.exists():
+        return []
+    names = json.loads(pointer.read_text())
+    return [root / hardware / name for name in [names["run"], *names.get("replicates", [])]]
 
 
-def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
+def pinned(hardware: str, root: Path = BASELINES) -> Path | None:
+    runs = baseline_runs(hardware, root)
+    return runs[0] if runs else None
+
+
+def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float = 0.05,
                  metrics: list[str] | None = None) -> pd.DataFrame:
-    """Per experiment, load, arm and metric: the relative change against the baseline and a verdict."""
-    here, there = suite_meta(run), suite_meta(baseline)
-    if here["hardware_key"] != there["hardware_key"]:
-        raise BadParameter(f"the baseline was measured on {there['hardware_key']} and this run on "
-                           f"{here['hardware_key']}: compare a run only with a baseline of the same hardware")
+    """Per experiment, load, arm and metric: the relative change against the baseline and a verdict.
+    `baseline` is one suite run, or a list: the pinned run, then its replicates."""
+    references = [Path(b) for b in (baseline if isinstance(baseline, (list, tuple)) else [baseline])]
+    here = suite_meta(run)
+    for reference in references:
+        if (hardware := suite_meta(reference)["hardware_key"]) != here["hardware_key"]:
+            raise BadParameter(f"the baseline {reference} was measured on {hardware} and this run on "
+                               f"{here['hardware_key']}: compare a run only with a baseline of the same hardware")
+    baseline, replicas = references[0], references[1:]
     rows = []
     names = sorted(set(experiments(run)) | set(experiments(baseline)))
     for name in names:
@@ -65,7 +95,7 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
             rows.append({"experiment": name, "verdict": "missing in this run" if name not in experiments(run)
                          else "new: no baseline"})
             continue
-        now, base = load(name, Path(run) / "results"), load(name, Path(baseline) / "results")
+        now, base = load(name, Path(run) / "results"), load(name, baseline / "results")
         if not base.complete_arms:
             rows.append({"experiment": name, "verdict": "new: no baseline", "note": "no arm completed in the baseline"})
         for arm in base.complete_arms:
@@ -73,27 +103,45 @@ def compare_runs(run: str | Path, baseline: str | Path, threshold: float = 0.05,
                 rows.append({"experiment": name, "arm": arm, "verdict": "regression",
                              "note": "complete in the baseline, not in this run"})
         now_loads = dict(now.per_load())
+        replica_loads = [(r, dict(load(name, r / "results").per_load())) for r in replicas if name in experiments(r)]
         for load_name, b in base.per_load():
             n = now_loads.get(load_name)
             if n is None:
                 rows.append({"experiment": name, "load": load_name, "verdict": "missing in this run"})
                 continue
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
-                configuration = "same" if _launch(run, name, arm) == _launch(baseline, name, arm) else "changed"
+                launch = _launch(baseline, name, arm)
+                configuration = "same" if _launch(run, name, arm) == launch else "changed"
+                # a replicate counts for an arm only when it launched that arm exactly as the pinned run did
+                peers = [b] + [loads[load_name] for r, loads in replica_loads if load_name in loads
+                               and arm in loads[load_name].complete_arms and _launch(r, name, arm) == launch]
                 trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
                 note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
-                        "starts" if trials < 2 else None)
+                        "starts" if trials < 2 and len(peers) < 2 else None)
                 for name_m in metrics or METRICS:
                     m = metric(name_m)
-                    c = compare_groups(groups(b, arm, m), groups(n, arm, m), m, threshold)
+                    row = _judge([groups(p, arm, m) for p in peers], groups(n, arm, m), m, threshold)
                     rows.append({"experiment": name, "load": load_name, "arm": arm, "configuration": configuration,
-                                 "metric": name_m,
-                                 "baseline": c.baseline, "run": c.candidate, "change": c.rel_change,
-                                 "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": _VERDICT[c.verdict],
-                                 "note": note})
+                                 "metric": name_m, **row, "baseline_runs": len(peers), "note": note})
     columns = ["experiment", "load", "arm", "configuration", "metric", "baseline", "run", "change", "ci_low", "ci_high",
-               "verdict", "note"]
+               "verdict", "baseline_runs", "note"]
     return pd.DataFrame(rows).reindex(columns=columns)
+
+
+def _judge(runs: list[list[np.ndarray]], candidate: list[np.ndarray], m, threshold: float) -> dict:
+    """The change of the candidate against the baseline runs' pooled values. Its interval is the bootstrap
+    interval of the trials, widened, when there are replicates, to the 95 % prediction interval of one more
+    run from the spread of the runs' own values: no narrower than the noise the baseline showed itself."""
+    pooled = [np.concatenate([g for data in runs for g in data])] if m.level == "trial" else [g for data in runs for g in data]
+    c = compare_groups(pooled, candidate, m, threshold)
+    low, high, judged = c.ci_low, c.ci_high, _VERDICT[c.verdict]
+    values = [point(data, m) for data in runs]
+    if len(values) > 1 and c.baseline:
+        half = t_quantile(len(values) - 1) * float(np.std(values, ddof=1)) * np.sqrt(1 + 1 / len(values)) / c.baseline
+        low, high = np.nanmin([low, c.rel_change - half]), np.nanmax([high, c.rel_change + half])
+        judged = _VERDICT[stats_verdict(low, high, m, threshold)]
+    return {"baseline": c.baseline, "run": c.candidate, "change": c.rel_change, "ci_low": low, "ci_high": high,
+            "verdict": judged}
 
 
 def _launch(run: str | Path, experiment: str, arm: str) -> str:

@@ -39,18 +39,24 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
 EXIT_REGRESSION, EXIT_NOTEBOOK_FAILED = 1, 3
 
 
-def compare_and_report(run: Path, baseline: str | None, threshold: float, statuses: list[dict]) -> int:
-    """Compare a suite run with its baseline, write the report, print the verdicts; the exit status."""
-    from .baseline import caution, compare_runs, environment_diff, pinned, suite_meta
+def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, statuses: list[dict],
+                       report: str | None = None) -> int:
+    """Compare a suite run with its baseline (the pinned run and its replicates unless named), write the report,
+    print the verdicts; the exit status."""
+    from .baseline import baseline_runs, caution, compare_runs, environment_diff, suite_meta
     from .report import write_report
 
-    base = Path(baseline) if baseline else pinned(suite_meta(run)["hardware_key"])
+    bases = [Path(b) for b in baseline] if baseline else baseline_runs(suite_meta(run)["hardware_key"])
     comparison = env_diff = None
-    if base:
-        comparison = compare_runs(run, base, threshold)
-        env_diff = environment_diff(run, base)
+    if bases:
+        comparison = compare_runs(run, bases, threshold)
+        env_diff = environment_diff(run, bases[0])
         counts = comparison.verdict.value_counts().to_dict()
-        print(f"against {base}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        replicas = f" and {len(bases) - 1} replicate run(s)" if len(bases) > 1 else ""
+        print(f"against {bases[0]}{replicas}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        if len(bases) == 1:
+            print("  one baseline run: its intervals hold the noise within one engine only; add replicates of it "
+                  "with `labkit baseline RUN --replicate` to judge against the noise between runs")
         for row in comparison[comparison.verdict == "regression"].itertuples():
             print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
                   if isinstance(row.change, float) else f"  REGRESSION {row.experiment} {row.arm}: {row.note}")
@@ -58,7 +64,7 @@ def compare_and_report(run: Path, baseline: str | None, threshold: float, status
             print(f"  CAUTION {warning}")
     else:
         print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
-    print(f"report: {write_report(run, comparison, env_diff, statuses)}")
+    print(f"report: {write_report(run, comparison, env_diff, statuses, report)}")
     if comparison is not None and (comparison.verdict == "regression").any():
         return EXIT_REGRESSION
     return EXIT_NOTEBOOK_FAILED if any(s["status"] != "ok" for s in statuses) else 0
@@ -85,14 +91,19 @@ def main(argv: list[str] | None = None) -> int:
                        help="force a knob onto every arm of every experiment (e.g. enforce_eager=true), or of the "
                        "notebooks a selection names (L3_kernel/profile_hotspots:enforce_eager=true): rerun the "
                        "suite with one deliberate change")
-    suite.add_argument("--baseline", metavar="DIR", help="compare with this run instead of the pinned baseline")
+    suite.add_argument("--baseline", metavar="DIR", action="append", help="compare with this run instead of the "
+                       "pinned baseline (repeat it to add replicate runs of the same configuration)")
     suite.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (0.05 = 5 %%)")
     pin = sub.add_parser("baseline", help="pin a suite run as the baseline for its hardware")
     pin.add_argument("run")
+    pin.add_argument("--replicate", action="store_true", help="add the run to the pinned baseline as one more run "
+                     "of the same configuration, so verdicts weigh the noise between runs")
     cmp = sub.add_parser("compare", help="compare a suite run with a baseline and write its report")
     cmp.add_argument("run")
-    cmp.add_argument("--baseline", metavar="DIR")
+    cmp.add_argument("--baseline", metavar="DIR", action="append",
+                     help="compare with this run (repeat it for replicates) instead of the pinned baseline")
     cmp.add_argument("--threshold", type=float, default=0.05)
+    cmp.add_argument("--report", metavar="PATH", help="write the report here instead of RUN/report.html")
     sub.add_parser("journal", help="print the journal: change -> metric -> conclusion")
     args = parser.parse_args(argv)
     try:
@@ -109,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))
         elif args.command == "baseline":
             from .baseline import pin as pin_run
-            print(f"pinned: {pin_run(args.run)}")
+            print(f"{'added as a replicate' if args.replicate else 'pinned'}: {pin_run(args.run, replicate=args.replicate)}")
         elif args.command == "compare":
             from .suite import statuses
-            return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run))
+            return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
         elif args.command == "journal":
             from .journal import read
             import pandas as pd

@@ -41,7 +41,7 @@ def _verdict_table(comparison: pd.DataFrame) -> str:
 
 
 def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_diff: pd.DataFrame | None = None,
-                 statuses: list[dict] | None = None) -> Path:
+                 statuses: list[dict] | None = None, path: str | Path | None = None) -> Path:
     from . import plots, stats
 
     run = Path(run)
@@ -72,6 +72,6 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
             parts.append(_figure(plots.arm_comparison(part, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])))
             parts.append(f"<p><b>Conclusion:</b> {html.escape(stats.conclusion(record[record.load == load_name], baseline_arm))}</p>")
     parts.append("</body></html>")
-    path = run / "report.html"
+    path = Path(path or run / "report.html")
     path.write_text("\n".join(parts))
     return path

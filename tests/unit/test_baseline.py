@@ -191,3 +191,73 @@ def test_loads_are_paired_by_name(tmp_path):
     assert set(baseline.compare_runs(same, base).load) == {"batch1"}
     table = baseline.compare_runs(other, base)
     assert table[["experiment", "load", "verdict"]].values.tolist() == [["exp", "batch1", "missing in this run"]]
+
+
+def test_replicates_hold_the_noise_between_runs(tmp_path):
+    # the H200 demonstration's shape: an arm launched the same way twice ran 9 % apart (a host-bound arm
+    # between machines); one baseline run calls a rerun between the two a change, the replicated baseline
+    # does not, while a large change still counts
+    first = make_run(tmp_path / "first", {"e": {"a": (7.1, 2180.0, 1), "g": (5.0, 1400.0, 2)}})
+    second = make_run(tmp_path / "second", {"e": {"a": (7.7, 1980.0, 3), "g": (5.0, 1380.0, 4)}})
+    rerun = make_run(tmp_path / "rerun", {"e": {"a": (6.8, 2300.0, 5), "g": (17.0, 440.0, 6)}})
+    alone = baseline.compare_runs(rerun, second)
+    assert verdicts(alone, "e", "output_tok_s") == {"improvement", "regression"}  # a: +16 %, g: -68 %
+    table = baseline.compare_runs(rerun, [second, first]).set_index(["arm", "metric"])
+    assert set(table.baseline_runs) == {2}
+    assert table.loc[("a", "output_tok_s"), "verdict"] == "no detectable change"
+    assert table.loc[("a", "tpot_p50_ms"), "verdict"] == "no detectable change"
+    assert table.loc[("g", "output_tok_s"), "verdict"] == "regression"
+    assert table.loc[("g", "tpot_p50_ms"), "verdict"] == "regression"
+    # the baseline value is the runs' pooled value, and the interval is wider than one run's
+    assert 1980 < table.loc[("a", "output_tok_s"), "baseline"] < 2180
+    wide = table.loc[("a", "output_tok_s")]
+    narrow = alone.set_index(["arm", "metric"]).loc[("a", "output_tok_s")]
+    assert wide.ci_high - wide.ci_low > 5 * (narrow.ci_high - narrow.ci_low)
+
+
+def test_a_replicate_counts_only_for_arms_launched_alike(tmp_path):
+    first = make_run(tmp_path / "first", {"e": {"a": (7.0, 2000.0, 1), "b": (7.0, 2000.0, 2)}})
+    # this replicate ran arm b with another launch: it is no replicate of b, and one trial of throughput
+    # per run is judgeable from two runs' values
+    other = make_run(tmp_path / "other", {"e": {"a": (7.0, 2010.0, 3), "b": (7.0, 2000.0, 4)}},
+                     knobs={"b": {"max_num_seqs": 8}})
+    rerun = make_run(tmp_path / "rerun", {"e": {"a": (7.0, 2005.0, 5), "b": (7.0, 2000.0, 6)}})
+    table = baseline.compare_runs(rerun, [first, other]).set_index(["arm", "metric"])
+    assert table.loc[("a", "output_tok_s"), "baseline_runs"] == 2 and table.loc[("b", "output_tok_s"), "baseline_runs"] == 1
+    one = [make_run(tmp_path / f"one{i}", {"e": {"a": (7.0, tok_s, i)}}, trials=1)
+           for i, tok_s in enumerate((2000.0, 2020.0, 1990.0))]
+    assert verdicts(baseline.compare_runs(one[2], one[0]), "e", "output_tok_s") == {"too few trials to judge"}
+    assert verdicts(baseline.compare_runs(one[2], one[:2]), "e", "output_tok_s") == {"no detectable change"}
+    with pytest.raises(BadParameter, match="same hardware"):
+        baseline.compare_runs(rerun, [first, make_run(tmp_path / "h100", {}, hardware="h100-80gb-hbm3")])
+
+
+def test_replicates_are_pinned_beside_the_baseline_and_used_by_compare(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "baselines"
+    first = make_run(tmp_path / "runs" / "r1", {"e": {"a": (7.0, 2180.0, 1)}})
+    second = make_run(tmp_path / "runs" / "r2", {"e": {"a": (7.6, 1980.0, 2)}})
+    with pytest.raises(BadParameter, match="pin one first"):
+        baseline.pin(second, root=root, replicate=True)
+    baseline.pin(first, root=root)
+    baseline.pin(second, root=root, replicate=True)
+    assert baseline.baseline_runs("h200", root=root) == [root / "h200" / "r1", root / "h200" / "r2"]
+    assert baseline.pinned("h200", root=root) == root / "h200" / "r1"
+    changed = make_run(tmp_path / "runs" / "r3", {"e": {"a": (7.0, 2100.0, 3)}})
+    meta = json.loads((changed / "suite.json").read_text())
+    (changed / "suite.json").write_text(json.dumps({**meta, "overrides": {"enforce_eager": True}}))
+    with pytest.raises(BadParameter, match="without --override"):
+        baseline.pin(changed, root=root, replicate=True)
+    assert not (root / "h200" / "r3").exists()
+    # a new pinned baseline starts without the old one's replicates
+    baseline.pin(changed, root=root)
+    assert baseline.baseline_runs("h200", root=root) == [root / "h200" / "r3"]
+    # the command line compares with the pinned run and its replicates, and writes the report where told
+    rerun = make_run(tmp_path / "runs" / "r4", {"e": {"a": (6.9, 2300.0, 4)}})
+    report = tmp_path / "elsewhere.html"
+    assert cli.main(["compare", str(rerun), "--baseline", str(first), "--baseline", str(second),
+                     "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "and 1 replicate run(s): 4 no detectable change" in out and report.exists()
+    assert not (rerun / "report.html").exists()
+    assert cli.main(["compare", str(rerun), "--baseline", str(second)]) == 0  # +16 % is an improvement alone
+    assert "one baseline run" in capsys.readouterr().out

@@ -226,3 +226,11 @@ def test_one_trial_level_value_is_too_few_to_judge():
     gen = np.random.default_rng(0)
     slow = stats.compare_groups([gen.normal(10, 0.1, 50)], [gen.normal(20, 0.1, 50)], stats.metric("tpot_p50_ms"))
     assert slow.verdict == "worse"
+
+
+def test_t_quantiles_match_the_published_table():
+    from labkit.stats import t_quantile
+    for df, published in ((1, 12.706), (2, 4.303), (10, 2.228), (11, 2.201), (20, 2.086), (30, 2.042), (120, 1.980)):
+        assert t_quantile(df) == pytest.approx(published, abs=0.001)
+    with pytest.raises(ValueError):
+        t_quantile(0)
