@@ -125,7 +125,9 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
                                  "metric": name_m, **row, "baseline_runs": len(peers), "note": note})
     columns = ["experiment", "load", "arm", "configuration", "metric", "baseline", "run", "change", "ci_low", "ci_high",
                "verdict", "baseline_runs", "note"]
-    return pd.DataFrame(rows).reindex(columns=columns)
+    table = pd.DataFrame(rows).reindex(columns=columns)
+    table.attrs["baselines"] = [str(r) for r in references]
+    return table
 
 
 def _judge(runs: list[list[np.ndarray]], candidate: list[np.ndarray], m, threshold: float) -> dict:

@@ -53,6 +53,11 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
                      f"limits one to those notebooks):</b> "
                      f"{html.escape(json.dumps(overrides))}</p>")
     parts.append("<h2>Verdicts against the baseline</h2>")
+    if comparison is not None and (bases := comparison.attrs.get("baselines")):
+        bases = ["/".join(Path(b).parts[-2:]) for b in bases]  # <hardware>/<run>: the same on every checkout
+        replicas = f"; replicates of it: {', '.join(bases[1:])}" if len(bases) > 1 else (
+            "; one run, so the intervals hold the noise within one engine only")
+        parts.append(f"<p>Baseline run: {html.escape(bases[0] + replicas)}</p>")
     if comparison is not None and (warning := caution(comparison)):
         parts.append(f"<p class='regression'><b>Caution:</b> {html.escape(warning)}</p>")
     parts.append(_verdict_table(comparison))

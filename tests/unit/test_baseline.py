@@ -257,7 +257,8 @@ def test_replicates_are_pinned_beside_the_baseline_and_used_by_compare(tmp_path,
     assert cli.main(["compare", str(rerun), "--baseline", str(first), "--baseline", str(second),
                      "--report", str(report)]) == 0
     out = capsys.readouterr().out
-    assert "and 1 replicate run(s): 4 no detectable change" in out and report.exists()
+    assert "and 1 replicate run(s): 4 no detectable change" in out
+    assert "replicates of it: runs/r2" in report.read_text()
     assert not (rerun / "report.html").exists()
     assert cli.main(["compare", str(rerun), "--baseline", str(second)]) == 0  # +16 % is an improvement alone
     assert "one baseline run" in capsys.readouterr().out
