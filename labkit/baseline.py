@@ -140,7 +140,8 @@ def _judge(runs: list[list[np.ndarray]], candidate: list[np.ndarray], m, thresho
     values = [point(data, m) for data in runs]
     if len(values) > 1 and c.baseline:
         half = t_quantile(len(values) - 1) * float(np.std(values, ddof=1)) * np.sqrt(1 + 1 / len(values)) / c.baseline
-        low, high = np.nanmin([low, c.rel_change - half]), np.nanmax([high, c.rel_change + half])
+        # every metric is a positive quantity: no change is below -100 %, however wide the band
+        low, high = max(-1.0, np.nanmin([low, c.rel_change - half])), np.nanmax([high, c.rel_change + half])
         judged = _VERDICT[stats_verdict(low, high, m, threshold)]
     return {"baseline": c.baseline, "run": c.candidate, "change": c.rel_change, "ci_low": low, "ci_high": high,
             "verdict": judged}
