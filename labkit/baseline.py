@@ -185,7 +185,8 @@ def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
     other work on the host when it differs by half a core or more."""
     def flat(meta: dict) -> dict:
         env = meta["environment"]
-        out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "python", "os")}
+        out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
+                                       "python", "os")}
         out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
         out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
         out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})

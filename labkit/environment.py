@@ -36,6 +36,22 @@ def cpu_model() -> str:
     return _platform.processor() or _platform.machine()
 
 
+def cpu_signature(cpuinfo: str | None = None) -> str | None:
+    """Family, model and stepping of the first CPU. A virtual machine often hides the model name ("Intel(R)
+    Xeon(R) Processor"), not these: two hosts of one GPU kind can carry different CPU generations, and
+    host-bound (eager, small-step) arms run at the CPU's speed. The clock is left out: it moves with load."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = open("/proc/cpuinfo").read()
+        except OSError:
+            return None
+    first = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
+    first = {k.strip(): v.strip() for k, v in first.items()}
+    if "model" not in first:
+        return None
+    return f"family {first.get('cpu family', '?')} model {first['model']} stepping {first.get('stepping', '?')}"
+
+
 def _memory_gib() -> float | None:
     try:
         for line in open("/proc/meminfo"):
@@ -91,6 +107,7 @@ def fingerprint() -> dict:
         "gpus": list(platform.gpu_names),
         "gpu_count": platform.gpu_count,
         "cpu_model": cpu_model(),
+        "cpu_signature": cpu_signature(),
         "cpu_count": os.cpu_count(),
         "memory_gib": _memory_gib(),
         "python": sys.version.split()[0],

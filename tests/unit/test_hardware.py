@@ -91,3 +91,12 @@ def test_hardware_key_cpu():
     amd = hardware_key((), cpu="AMD EPYC 9654 96-Core Processor")
     assert amd == "cpu-amd-epyc-9654"
     assert len(hardware_key((), cpu="X" * 200)) <= len("cpu-") + 40
+
+
+def test_cpu_signature_tells_apart_hosts_whose_model_name_is_hidden():
+    from labkit.environment import cpu_signature
+    sapphire = "processor\t: 0\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Processor\nstepping\t: 8\ncpu MHz\t\t: 2100.000\n\nprocessor\t: 1\nmodel\t\t: 999\n"
+    granite = sapphire.replace("model\t\t: 143", "model\t\t: 173").replace("stepping\t: 8", "stepping\t: 1")
+    assert cpu_signature(sapphire) == "family 6 model 143 stepping 8"
+    assert cpu_signature(granite) != cpu_signature(sapphire)
+    assert cpu_signature("processor\t: 0\nmodel name\t: Apple M3\n") is None
