@@ -58,7 +58,7 @@ def pin(run: str | Path, root: Path = BASELINES, replicate: bool = False) -> Pat
             raise BadParameter(f"{run} ran with launch overrides {meta['overrides']}: a replicate measures how much "
                                "the baseline's own configuration varies, so run it without --override")
     shutil.copytree(run, target, ignore=shutil.ignore_patterns(".work", "*.tmp"))
-    runs = [path.name for path in baseline_runs(hardware, root)] + [run.name] if replicate else [run.name]
+    runs = ([path.name for path in baseline_runs(hardware, root)] if replicate else []) + [run.name]
     write_json_atomic(root / hardware / "pinned.json", {"run": runs[0], "replicates": runs[1:]})
     return target
 

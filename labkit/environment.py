@@ -45,8 +45,8 @@ def cpu_signature(cpuinfo: str | None = None) -> str | None:
             cpuinfo = open("/proc/cpuinfo").read()
         except OSError:
             return None
-    first = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
-    first = {k.strip(): v.strip() for k, v in first.items()}
+    first = {key.strip(): value.strip() for key, sep, value in
+             (line.partition(":") for line in cpuinfo.split("\n\n")[0].splitlines()) if sep}
     if "model" not in first:
         return None
     return f"family {first.get('cpu family', '?')} model {first['model']} stepping {first.get('stepping', '?')}"

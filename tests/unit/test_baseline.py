@@ -244,6 +244,7 @@ def test_replicates_are_pinned_beside_the_baseline_and_used_by_compare(tmp_path,
     baseline.pin(second, root=root, replicate=True)
     assert baseline.baseline_runs("h200", root=root) == [root / "h200" / "r1", root / "h200" / "r2"]
     assert baseline.pinned("h200", root=root) == root / "h200" / "r1"
+    assert json.loads((root / "h200" / "pinned.json").read_text()) == {"run": "r1", "replicates": ["r2"]}
     changed = make_run(tmp_path / "runs" / "r3", {"e": {"a": (7.0, 2100.0, 3)}})
     meta = json.loads((changed / "suite.json").read_text())
     (changed / "suite.json").write_text(json.dumps({**meta, "overrides": {"enforce_eager": True}}))
@@ -253,6 +254,9 @@ def test_replicates_are_pinned_beside_the_baseline_and_used_by_compare(tmp_path,
     # a new pinned baseline starts without the old one's replicates
     baseline.pin(changed, root=root)
     assert baseline.baseline_runs("h200", root=root) == [root / "h200" / "r3"]
+    # a pointer written before replicates existed still reads
+    (root / "h200" / "pinned.json").write_text(json.dumps({"run": "r1"}))
+    assert baseline.baseline_runs("h200", root=root) == [root / "h200" / "r1"]
     # the command line compares with the pinned run and its replicates, and writes the report where told
     rerun = make_run(tmp_path / "runs" / "r4", {"e": {"a": (6.9, 2300.0, 4)}})
     report = tmp_path / "elsewhere.html"
