@@ -66,6 +66,7 @@ class ArmJob:
     protocol: dict
     vocab_size: int
     platform_kind: str
+    context: str = "serve"  # the deployment's usage context (labkit.launch.CONTEXTS)
     user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
 
 
@@ -193,48 +194,61 @@ def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
     return engine_args
 
 
-async def _measure(job: ArmJob, out: Path) -> None:
+def engine_launch(engine_args: dict, context: str):
+    """The AsyncEngineArgs and vLLM UsageContext an arm's engine is built from: the deployment's own, so that
+    vLLM resolves the defaults that deployment gets (max_num_seqs, max_num_batched_tokens, capture sizes)."""
     import dataclasses
 
-    import pandas as pd
     from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    from .launch import CONTEXTS
+
+    supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    return (AsyncEngineArgs(**filter_engine_args(dict(engine_args), supported)),
+            getattr(UsageContext, CONTEXTS[context][0]))
+
+
+async def _measure(job: ArmJob, out: Path) -> None:
+    import pandas as pd
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from .environment import fingerprint
     from .profiling import find_traces
     from .resolved import resolve
-    from .runner import Protocol, profile_window, run_trial, warm_up
+    from .runner import Protocol, profile_window, run_trial, sampling_for, warm_up
     from .workload import Workload
 
     protocol = Protocol(**job.protocol)
-    supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
     engine_args = dict(job.engine_args)
     if protocol.profile_requests:
         engine_args["profiler_config"] = _profiler_config(out / "profile")
-    args = AsyncEngineArgs(**filter_engine_args(engine_args, supported))
+    args, usage_context = engine_launch(engine_args, job.context)
     _progress(out, stage="starting engine")
     started = time.perf_counter()
-    engine = AsyncLLM.from_engine_args(args)
+    engine = AsyncLLM.from_engine_args(args, usage_context=usage_context)
     init_s = time.perf_counter() - started
     try:
         sys.stdout.flush()
         facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
-        facts["init_s"] = init_s
+        sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
+        facts.update(init_s=init_s, context=job.context, usage_context=usage_context.name, sampling=sampling)
         rows, trials = [], []
         for index, (load, spec) in enumerate(job.workloads.items()):
             workload = Workload.from_dict(spec)  # a Workload or a Mix
             _progress(out, stage=f"warm-up {load}")
             await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
-                          load_index=index)
+                          sampling, load_index=index)
             for trial in range(protocol.trials):
-                trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, index)
+                trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index)
                 rows += [{**row, "load": load} for row in trial_rows]
                 trials.append({**summary, "load": load})
                 _progress(out, stage="trial", trial=trial, load=load)
         if protocol.profile_requests:
             _progress(out, stage="profiling")
             first = Workload.from_dict(next(iter(job.workloads.values())))  # a Workload or a Mix
-            facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests)
+            facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests,
+                                                           sampling)
             traces = find_traces(out / "profile")
             facts["profile_trace"] = str(traces[0].relative_to(out)) if traces else None
         pd.DataFrame(rows).to_parquet(out / "requests.parquet")

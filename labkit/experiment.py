@@ -19,6 +19,8 @@ import pandas as pd
 from .engine import ArmJob, run_arm
 from .errors import BadParameter
 from .knobs import ArmPlan, check_knobs, plan_arm
+from .launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
+                     sizes_text)
 from .models import ModelRef, resolve_model
 from .platform import Platform, current_platform
 from .runner import Protocol
@@ -55,6 +57,7 @@ class Experiment:
     arms: dict[str, dict]  # arm name -> knobs that differ from `base`
     workload: Workload | Mix | dict[str, Workload | Mix]  # one load, or several named loads measured on each engine
     model: str = "auto"  # a synthetic shape name, a local model folder or a hub id; "auto": per platform
+    context: str = DEFAULT_CONTEXT  # the deployment measured: "serve" (vllm serve) or "offline" (vllm.LLM)
     base: dict = field(default_factory=dict)  # knobs every arm shares
     protocol: Protocol = field(default_factory=Protocol)
     engine_args: dict = field(default_factory=dict)  # extra vLLM engine arguments, in vLLM's own names
@@ -82,6 +85,8 @@ class Experiment:
         for arm, knobs in self.arms.items():
             check_name(arm, "arm")
             check_knobs({**self.base, **knobs}, f"arm {arm!r}")
+        check_context(self.context, {arm: {**self.base, **knobs, **self.overrides} for arm, knobs in self.arms.items()},
+                      self.loads)
         if self.model == "auto":
             self.model = default_model(self.platform)
         self.store = ExperimentStore(self.name, self.results_dir)
@@ -122,19 +127,38 @@ class Experiment:
 
     def arm_spec(self, plan: ArmPlan, ref: ModelRef) -> dict:
         args = {k: v for k, v in self._engine_args(plan, ref).items() if k != "model"}
-        return {"model": self.model, "shape": ref.to_dict()["shape"], "knobs": plan.knobs,
+        return {"model": self.model, "shape": ref.to_dict()["shape"], "context": self.context, "knobs": plan.knobs,
                 "engine_args": args, "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__}
 
     def _workload_dicts(self) -> dict:
         return {name: w.to_dict() for name, w in self.loads.items()}
 
-    def plan_table(self) -> pd.DataFrame:
-        """What each arm will ask of vLLM here, or why it cannot run here: a dry run."""
+    def plan_table(self, defaults: bool = True) -> pd.DataFrame:
+        """What each arm will ask of vLLM here, or why it cannot run here: a dry run. Each arm's launch is
+        written as its user would start it (`vllm serve ...` or `LLM(...)`), and with `defaults` vLLM's own
+        resolution of the scheduler settings in this context on this machine is shown beside it (computed in
+        a separate process, no engine started; a few seconds)."""
+        ref = resolve_model(self.model)
+        plans = self.plans()
+        runnable = {arm: {"model": ref.model, **self._engine_args(plan, ref)} for arm, plan in plans.items()
+                    if plan.not_applicable is None}
+        resolved = self._implied(runnable) if defaults and runnable else {}
         rows = []
-        for arm, plan in self.plans().items():
-            rows.append({"arm": arm, "knobs": plan.knobs, "engine_args": plan.engine_args,
-                         "runs_here": plan.not_applicable is None, "why_not": plan.not_applicable})
+        for arm, plan in plans.items():
+            row = {"arm": arm, "context": self.context, "knobs": plan.knobs,
+                   "launch": launch_command(self.context, ref.model, runnable[arm]) if arm in runnable else None}
+            found = resolved.get(arm, {})
+            for key in IMPLIED if defaults else ():
+                value = found.get(key, found.get("error"))
+                row[key] = sizes_text(value) if isinstance(value, list) else value
+            rows.append({**row, "runs_here": plan.not_applicable is None, "why_not": plan.not_applicable})
         return pd.DataFrame(rows)
+
+    def _implied(self, engine_args_by_arm: dict[str, dict]) -> dict[str, dict]:
+        key = json.dumps([self.context, engine_args_by_arm], sort_keys=True, default=str)
+        if getattr(self, "_implied_cache", (None,))[0] != key:
+            self._implied_cache = (key, implied_defaults(self.context, engine_args_by_arm))
+        return self._implied_cache[1]
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, progress: bool = True, only: list[str] | None = None) -> Results:
@@ -156,7 +180,7 @@ class Experiment:
             if not self.store.check_resumable(arm, spec):
                 todo.append((arm, plan, spec))
         self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
-                          "arms": self.arms, "base": self.base, "overrides": self.overrides,
+                          "context": self.context, "arms": self.arms, "base": self.base, "overrides": self.overrides,
                           "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__})
         self.store.clean_work()
         for arm, plan in plans.items():
@@ -174,7 +198,7 @@ class Experiment:
         from tqdm.auto import tqdm
 
         job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
-                     self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind)
+                     self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind, self.context)
         trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
                       disable=not progress)
 

@@ -1,8 +1,10 @@
 """The measurement protocol inside an arm's worker: warm-up, then timed trials over a streaming AsyncLLM.
 
-Every token's arrival is stamped in the client loop (`RequestOutputKind.DELTA`), which is what a
-streaming user sees: TTFT, each inter-token gap (TBT), TPOT and E2E per request. Engine counters
-(preemptions, prefix-cache hits) are read as deltas of vLLM's own metrics around each trial.
+Every token's arrival is stamped in the client loop (`RequestOutputKind.DELTA`), on the frontend's clock:
+when the token reaches the process that holds the engine client, as a streaming API server would hand it
+on (network and HTTP framing excluded). That gives TTFT, each inter-token gap (TBT), TPOT and E2E per
+request. Engine counters (preemptions, prefix-cache hits) are read as deltas of vLLM's own metrics around
+each trial. Sampling is part of the protocol and the same for every arm.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ COUNTERS = {  # vLLM metric name -> column in the trial table
     "vllm:generation_tokens": "engine_generation_tokens",
 }
 KV_USAGE_GAUGE = "vllm:kv_cache_usage_perc"
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 _ids = itertools.count()
 
 
@@ -36,6 +39,9 @@ class Protocol:
     warmup_requests: int = 8
     kv_sample_interval_s: float = 0.25
     profile_requests: int = 0  # > 0: after the trials, a torch-profiler window over this many requests
+    # None: what vLLM's server gives a request that names no temperature, as `vllm bench serve` sends them
+    # (the model's generation config, else 1.0); 0.0: greedy
+    temperature: float | None = None
 
     def __post_init__(self):
         from .errors import BadParameter
@@ -45,6 +51,28 @@ class Protocol:
             raise BadParameter(f"warmup_requests must be >= 0, got {self.warmup_requests!r}")
         if not isinstance(self.profile_requests, int) or self.profile_requests < 0:
             raise BadParameter(f"profile_requests must be >= 0, got {self.profile_requests!r}")
+        if self.temperature is not None and (isinstance(self.temperature, bool) or
+                                             not isinstance(self.temperature, (int, float)) or self.temperature < 0):
+            raise BadParameter(f"temperature must be None (the server's default), 0.0 (greedy) or a positive "
+                               f"number, got {self.temperature!r}")
+
+
+def sampling_for(model_config, temperature: float | None) -> dict:
+    """The sampling every request of an arm gets: what vLLM applies to a request that sets nothing (the
+    model's generation config, else SamplingParams' own defaults), with the protocol's temperature where
+    it names one. Tokens are always exactly max_tokens (EOS ignored), so lengths stay the workload's."""
+    from vllm import SamplingParams
+
+    neutral = SamplingParams()
+    return choose_sampling(model_config.get_diff_sampling_param(), {k: getattr(neutral, k) for k in SAMPLING_KEYS},
+                           temperature)
+
+
+def choose_sampling(model_defaults: dict, neutral: dict, temperature: float | None) -> dict:
+    chosen = {key: model_defaults.get(key, neutral[key]) for key in SAMPLING_KEYS}
+    if temperature is not None:
+        chosen["temperature"] = float(temperature)
+    return chosen
 
 
 def read_counters() -> dict[str, float]:
@@ -59,12 +87,12 @@ def read_counters() -> dict[str, float]:
     return totals
 
 
-async def _one_request(engine, request: Request, t0: float) -> dict:
+async def _one_request(engine, request: Request, t0: float, sampling: dict) -> dict:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, temperature=1.0,
-                            output_kind=RequestOutputKind.DELTA)
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA,
+                            **sampling)
     stamps: list[float] = []
     preemptions, finish_reason = 0, None
     submitted = time.perf_counter()
@@ -94,35 +122,36 @@ async def _one_request(engine, request: Request, t0: float) -> dict:
     }
 
 
-async def drive(engine, requests: list[Request], arrival, t0: float | None = None) -> tuple[list[dict], float]:
+async def drive(engine, requests: list[Request], arrival, sampling: dict,
+                t0: float | None = None) -> tuple[list[dict], float]:
     """Send the requests under the arrival process; return per-request rows and the trial's wall time.
     Parts of a Mix share one clock `t0`, so their timestamps line up."""
     t0 = time.perf_counter() if t0 is None else t0
     if isinstance(arrival, Burst):
-        rows = await asyncio.gather(*(_one_request(engine, r, t0) for r in requests))
+        rows = await asyncio.gather(*(_one_request(engine, r, t0, sampling) for r in requests))
     elif isinstance(arrival, Concurrency):
         queue = list(reversed(requests))
         rows = []
 
         async def client():
             while queue:
-                rows.append(await _one_request(engine, queue.pop(), t0))
+                rows.append(await _one_request(engine, queue.pop(), t0, sampling))
         await asyncio.gather(*(client() for _ in range(min(arrival.n, len(requests)))))
     else:  # open loop: send at the scheduled offsets whatever the engine's state
         async def timed(r: Request):
             await asyncio.sleep(max(0.0, r.arrival_s - (time.perf_counter() - t0)))
-            return await _one_request(engine, r, t0)
+            return await _one_request(engine, r, t0, sampling)
         rows = await asyncio.gather(*(timed(r) for r in requests))
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
 
 
-async def drive_load(engine, workload, vocab_size: int, seed: int) -> tuple[list[dict], float]:
+async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dict) -> tuple[list[dict], float]:
     """A Workload, or every part of a Mix concurrently on one clock (rows then carry their part)."""
     if not isinstance(workload, Mix):
-        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival)
+        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival, sampling)
     t0 = time.perf_counter()
     done = await asyncio.gather(*(drive(engine, part.build(vocab_size, content_seed=seed + 7919 * (i + 1)),
-                                        part.arrival, t0) for i, part in enumerate(workload.parts.values())))
+                                        part.arrival, sampling, t0) for i, part in enumerate(workload.parts.values())))
     rows = [{**row, "part": name} for name, (part_rows, _) in zip(workload.parts, done) for row in part_rows]
     return rows, max(seconds for _, seconds in done)
 
@@ -142,7 +171,7 @@ def content_seed(load_index: int, trial: int) -> int:
     return 1_000_000 * load_index + 1000 + trial
 
 
-async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol,
+async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
                     load_index: int = 0):
     before, others = read_counters(), OtherLoad()
     kv_samples: list[float] = []
@@ -153,7 +182,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     gc.collect()
     gc.disable()
     try:
-        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial))
+        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial), sampling)
     finally:
         gc.enable()
     stop.set()
@@ -183,22 +212,24 @@ def _first_part(workload):
     return next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
 
 
-async def profile_window(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> float:
+async def profile_window(engine, workload: Workload, vocab_size: int, count: int, sampling: dict,
+                         load_index: int = 0) -> float:
     """A torch-profiler capture of the load in steady state, after the timed trials (never inside one:
     the profiler slows the engine down). Returns the window's wall time."""
     first = _first_part(workload)
     requests = first.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
     await engine.start_profile()
     try:
-        _, seconds = await drive(engine, requests, first.arrival)
+        _, seconds = await drive(engine, requests, first.arrival, sampling)
     finally:
         await engine.stop_profile()  # the worker writes its trace before this returns
     return seconds
 
 
-async def warm_up(engine, workload: Workload, vocab_size: int, count: int, load_index: int = 0) -> None:
+async def warm_up(engine, workload: Workload, vocab_size: int, count: int, sampling: dict,
+                  load_index: int = 0) -> None:
     """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
     first = _first_part(workload)
     if count:
         requests = first.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
-        await drive(engine, requests, Burst())
+        await drive(engine, requests, Burst(), sampling)

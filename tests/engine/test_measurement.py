@@ -13,14 +13,35 @@ OUTPUT_LEN, PROMPT_LEN = 16, 32
 
 
 @pytest.fixture(scope="module")
-def batch_results(tmp_path_factory):
-    """max_num_seqs 1 vs 16 on an offline burst: the same requests, one knob changed."""
-    exp = lk.Experiment(
+def batch_experiment(tmp_path_factory):
+    """max_num_seqs 1 vs 16 on an offline burst, as the offline LLM class runs it: one knob changed."""
+    return lk.Experiment(
         "batch", {"seqs1": {"max_num_seqs": 1}, "seqs16": {"max_num_seqs": 16}},
         lk.Workload(24, lk.Fixed(PROMPT_LEN), lk.Fixed(OUTPUT_LEN), lk.Burst()),
-        model="tiny-llama", protocol=lk.Protocol(trials=2, warmup_requests=4),
+        model="tiny-llama", context="offline", protocol=lk.Protocol(trials=2, warmup_requests=4),
         results_dir=tmp_path_factory.mktemp("results"))
-    return exp.run(progress=False)
+
+
+@pytest.fixture(scope="module")
+def batch_results(batch_experiment):
+    return batch_experiment.run(progress=False)
+
+
+def test_the_engine_runs_the_deployment_context_the_plan_shows(batch_experiment, batch_results):
+    """What vLLM resolved inside the worker is what the plan computed for the offline context, and differs
+    from what vllm serve would have run (CPU: 4096 batched tokens offline, 2048 served)."""
+    arms = batch_results.arms.set_index("arm")
+    plan = batch_experiment.plan_table().set_index("arm")
+    for arm in ("seqs1", "seqs16"):
+        assert arms.loc[arm, "context"] == "offline" and arms.loc[arm, "usage_context"] == "LLM_CLASS"
+        assert arms.loc[arm, "max_num_batched_tokens"] == plan.loc[arm, "max_num_batched_tokens"]
+    assert arms.loc["seqs16", "max_num_batched_tokens"] == 4096
+    served = lk.Experiment("batch", batch_experiment.arms, batch_experiment.workload, model="tiny-llama",
+                           context="serve", results_dir=batch_experiment.results_dir).plan_table().set_index("arm")
+    assert served.loc["seqs16", "max_num_batched_tokens"] == 2048
+    sampling = json.loads(arms.loc["seqs1", "sampling"])
+    assert sampling["temperature"] == 1.0  # the synthetic model's generation config names none: vLLM's default
+    assert json.loads((batch_results.path / "experiment.json").read_text())["context"] == "offline"
 
 
 def test_every_arm_completes_with_exact_token_counts(batch_results):
