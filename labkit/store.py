@@ -92,6 +92,8 @@ class ExperimentStore:
         write_json_atomic(workdir / "arm.json", meta)
         target = self.arm_dir(arm)
         target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()  # an empty folder holds no measurement: nothing is lost by taking its place
         if target.exists():
             raise StoreConflict(f"{target} appeared while this arm ran; nothing was overwritten "
                                 f"(the new measurement stays in {workdir})")

@@ -71,6 +71,21 @@ def test_second_commit_conflicts_without_touching_the_first(tmp_path):
     assert second.exists() and (second / "requests.parquet").exists()  # the new measurement is kept
 
 
+def test_an_empty_arm_folder_gives_way_but_one_with_files_does_not(tmp_path):
+    """An empty folder where an arm goes (a copy of a tree whose store moved away keeps such folders) holds
+    no measurement: the commit takes its place. A folder holding anything is never replaced."""
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    store.arm_dir("a").mkdir(parents=True)
+    assert (store.commit_arm("a", _workdir(store, "a"), _meta("a")) / "arm.json").exists()
+    store.arm_dir("b").mkdir(parents=True)
+    (store.arm_dir("b") / "notes.txt").write_text("kept")
+    work = _workdir(store, "b")
+    with pytest.raises(StoreConflict):
+        store.commit_arm("b", work, _meta("b"))
+    assert (store.arm_dir("b") / "notes.txt").read_text() == "kept" and work.exists()
+
+
 def test_check_resumable(tmp_path):
     store = ExperimentStore("exp", root=tmp_path)
     store.begin({})
