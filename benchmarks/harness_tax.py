@@ -9,7 +9,8 @@ warm-up and per-trial prompts:
 - `burst` (an offline batch): the lab with context="offline" (a streaming AsyncLLM, every token stamped)
   against `vllm.LLM(...).generate` on the whole batch, which is what an offline user runs;
 - `closed` (a server under N closed-loop clients): the lab with context="serve" against a plain AsyncLLM
-  client built with the API server's usage context that asks for final outputs only.
+  client built with the API server's usage context that asks for final outputs only (or, with
+  --plain-streaming, every token as it comes, unstamped: what a streaming API server's frontend handles).
 The only argument that differs is printed with each pair: the offline LLM class keeps vLLM's stats logging
 off unless asked, and the lab needs it on to read the engine's counters, so that cost is in the tax.
 The ratio is the lab's output tok/s over the plain side's, with a 95 % bootstrap interval over the trials.
@@ -62,7 +63,7 @@ def plan_pairs(a, results_dir: str | Path) -> list[dict]:
                           "plain": {"engine_args": engine_args, "context": exp.context,
                                     "workload": spec["workloads"]["default"], "vocab": ref.shape.vocab_size,
                                     "trials": a.trials, "warmup_requests": exp.protocol.warmup_requests,
-                                    "temperature": exp.protocol.temperature}})
+                                    "temperature": exp.protocol.temperature, "streaming": a.plain_streaming}})
     return pairs
 
 
@@ -112,16 +113,17 @@ async def plain_serve(job: dict) -> list[float]:
                                        usage_context=UsageContext.OPENAI_API_SERVER)
     sampling = sampling_for(engine.vllm_config.model_config, job["temperature"])
     clients = Workload.from_dict(job["workload"]).arrival.n
+    kind = RequestOutputKind.DELTA if job.get("streaming") else RequestOutputKind.FINAL_ONLY
     counter = iter(range(10**9))
 
     async def one(request) -> int:
         params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True,
-                                output_kind=RequestOutputKind.FINAL_ONLY, **sampling)
-        final = None
-        async for final in engine.generate({"prompt_token_ids": request.prompt_token_ids}, params,
-                                           request_id=f"plain-{next(counter)}"):
-            pass
-        return len(final.outputs[0].token_ids)
+                                output_kind=kind, **sampling)
+        tokens = 0  # the final output holds every token; a streamed one, each delta its own
+        async for out in engine.generate({"prompt_token_ids": request.prompt_token_ids}, params,
+                                         request_id=f"plain-{next(counter)}"):
+            tokens = len(out.outputs[0].token_ids) + (tokens if kind == RequestOutputKind.DELTA else 0)
+        return tokens
 
     async def closed_loop(requests, n) -> int:
         queue, done = list(reversed(requests)), []
@@ -180,6 +182,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--temperature", type=float, default=None,
                         help="default: the server's default for a request that names none, as vllm bench serve")
+    parser.add_argument("--plain-streaming", action="store_true",
+                        help="the closed load's plain client streams every token (DELTA) without stamping it, as "
+                             "a streaming API server does: splits the tax into streaming and the lab's own work")
     parser.add_argument("--workdir", help="keep each finished side here and resume from it (default: a temporary folder)")
     parser.add_argument("--out")
     parser.add_argument("--plain-job", help=argparse.SUPPRESS)  # internal: run one plain side only

@@ -112,7 +112,8 @@ def test_harness_tax_pairs_compare_like_with_like(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     a = SimpleNamespace(arms=["default", "eager"], loads=["burst", "closed"], model="tiny-llama", requests=8,
-                        prompt_len=16, output_len=8, clients=4, trials=2, temperature=None)
+                        prompt_len=16, output_len=8, clients=4, trials=2, temperature=None,
+                        plain_streaming=False)
     pairs = bench.plan_pairs(a, tmp_path)
     assert {(p["arm"], p["load"], p["context"]) for p in pairs} == {
         ("default", "burst", "offline"), ("eager", "burst", "offline"),
