@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,7 +166,18 @@ def _run_plain(job: dict, folder: Path, name: str) -> list[float]:
         return json.loads(done.read_text())["rates"]
     path = folder / f"plain-{name}.job.json"
     path.write_text(json.dumps(job))
-    subprocess.run([sys.executable, __file__, "--plain-job", str(path)], check=True)
+    # a session of its own, ended as a whole afterwards: vLLM's engine-core and worker processes must not
+    # outlive the side that started them (they would hold memory and cores during the next measurement)
+    side = subprocess.Popen([sys.executable, __file__, "--plain-job", str(path)], start_new_session=True)
+    try:
+        code = side.wait()
+    finally:
+        try:
+            os.killpg(side.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if code != 0:
+        raise RuntimeError(f"the plain side {name} failed (exit {code}); its output is above")
     path.rename(done)
     return json.loads(done.read_text())["rates"]
 

@@ -81,3 +81,34 @@ def test_changed_spec_is_refused_before_any_engine_starts(tmp_path):
     with pytest.raises(lk.StoreConflict, match="different"):
         changed.run(progress=False)
     assert not (tmp_path / "spec" / "arms" / "b").exists()  # arm b was not run either
+
+
+def test_a_worker_killed_from_outside_leaves_no_engine_process(tmp_path):
+    """SIGKILL to the arm's worker alone (as the out-of-memory killer sends it): the arm is recorded as
+    failed with that cause, and none of the vLLM processes its engine started is left running."""
+    import psutil
+
+    from labkit.engine import ArmJob, run_arm
+
+    exp = lk.Experiment("orphans", {"eager": EAGER}, lk.Workload(64, lk.Fixed(16), lk.Fixed(64), lk.Burst()),
+                        model="tiny-llama", protocol=lk.Protocol(trials=20, warmup_requests=2), results_dir=tmp_path)
+    ref = lk.resolve_model("tiny-llama")
+    spec = exp.arm_spec(exp.plans()["eager"], ref)
+    job = ArmJob("eager", {"model": ref.model, **spec["engine_args"]}, spec["workloads"], spec["protocol"],
+                 ref.shape.vocab_size, "cpu", exp.context)
+    engine_pids = []
+
+    def kill_worker_once_measuring(event):
+        if event["stage"] != "trial" or engine_pids:
+            return
+        worker = next(c for c in psutil.Process().children() if "spawn_main" in " ".join(c.cmdline()))
+        engine_pids.extend(c.pid for c in worker.children(recursive=True))
+        worker.send_signal(signal.SIGKILL)
+
+    outcome = run_arm(job, tmp_path / "work", timeout_s=600, on_progress=kill_worker_once_measuring)
+    assert outcome.status == "failed" and outcome.cause.startswith("killed_by_signal_SIGKILL"), outcome.cause
+    assert engine_pids, "the engine had started its own processes"
+    time.sleep(1)
+    alive = [pid for pid in engine_pids if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"engine processes left running: {alive}"
