@@ -1,6 +1,6 @@
 """The physical limit of the hardware a result ran on: peak memory bandwidth and FLOP/s, and roofline floors.
 
-decode step >= (weight bytes + KV bytes read) / memory bandwidth
+decode step >= (weight bytes + KV bytes read) / memory bandwidth   (bytes per element: see precision.py)
 prefill     >= 2 * matmul parameters * prompt tokens / peak FLOP/s
 GPU peaks come from a table of datasheet figures (dense, no sparsity); a CPU's are measured here with
 NumPy (a large array copy and an fp32 matmul), which is honest but conservative. Both can be overridden.
@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from .models import ModelShape
+from . import precision
+from .precision import WeightBytes
 
 # name substring (lower case) -> (memory bandwidth GB/s, dense bf16 TFLOP/s); datasheet values.
 GPU_PEAKS = {
@@ -37,8 +39,6 @@ GPU_PEAKS = {
     "rtx 3090": (936, 71),
     "t4": (320, 65),
 }
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1,
-               "fp8_e5m2": 1}
 
 
 @dataclass(frozen=True)
@@ -94,17 +94,26 @@ def detect_peaks(mem_bw_gbs: float | None = None, tflops: float | None = None) -
                  found.source if not (mem_bw_gbs or tflops) else found.source + " (partly given)")
 
 
+def decode_step_bytes(shape: ModelShape, batch: float, context_tokens: float,
+                      weight_bytes: float | WeightBytes = 2, kv_bytes: float = 2) -> float:
+    """One decode step reads the weights once (of the input embedding, one row per sequence) and each
+    sequence's KV cache. A number of weight bytes applies to every weight; WeightBytes splits them."""
+    weights = WeightBytes.of(weight_bytes).read(shape, batch)
+    return weights + batch * context_tokens * shape.kv_bytes_per_token(kv_bytes)
+
+
 def decode_step_floor_s(shape: ModelShape, peaks: Peaks, batch: float, context_tokens: float,
-                        weight_bytes: float = 2, kv_bytes: float = 2) -> float:
-    """One decode step reads every weight once and each sequence's KV cache: the bandwidth floor."""
-    read = shape.num_params * weight_bytes + batch * context_tokens * shape.kv_bytes_per_token(kv_bytes)
+                        weight_bytes: float | WeightBytes = 2, kv_bytes: float = 2) -> float:
+    """The bandwidth floor of one decode step, or its compute floor at a batch large enough."""
+    read = decode_step_bytes(shape, batch, context_tokens, weight_bytes, kv_bytes)
     compute = 2 * shape.matmul_params * batch / (peaks.tflops * 1e12)
     return max(read / (peaks.mem_bw_gbs * 1e9), compute)
 
 
-def prefill_floor_s(shape: ModelShape, peaks: Peaks, tokens: float, weight_bytes: float = 2) -> float:
+def prefill_floor_s(shape: ModelShape, peaks: Peaks, tokens: float,
+                    weight_bytes: float | WeightBytes = 2) -> float:
     compute = 2 * shape.matmul_params * tokens / (peaks.tflops * 1e12)
-    return max(compute, shape.num_params * weight_bytes / (peaks.mem_bw_gbs * 1e9))
+    return max(compute, WeightBytes.of(weight_bytes).read(shape, tokens) / (peaks.mem_bw_gbs * 1e9))
 
 
 def roofline_table(results, peaks: Peaks | None = None) -> pd.DataFrame:
@@ -120,9 +129,8 @@ def roofline_table(results, peaks: Peaks | None = None) -> pd.DataFrame:
     rows = []
     for arm in results.complete_arms:
         facts = results.arms.set_index("arm").loc[arm]
-        wbytes = 1 if facts.get("quantization") == "fp8" else DTYPE_BYTES.get(str(facts.get("dtype")), 2)
-        kv = str(facts.get("kv_cache_dtype"))
-        kvbytes = DTYPE_BYTES.get(kv, wbytes) if kv != "auto" else wbytes
+        wbytes = precision.weight_bytes(facts.get("dtype"), facts.get("quantization"))
+        kvbytes = precision.kv_bytes(facts.get("kv_cache_dtype"), facts.get("dtype"))
         req = results.requests[results.requests.arm == arm]
         trials = results.trials[results.trials.arm == arm]
         tpot_s = np.nanmean(req.tpot_ms) / 1e3

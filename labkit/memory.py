@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .hardware import DTYPE_BYTES
 from .models import ModelShape
+from .precision import kv_bytes, weight_bytes
 
 GIB = 2**30
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str, dtype: str) -> float:
-    kv = kv_cache_dtype if kv_cache_dtype not in (None, "auto") else dtype
-    return shape.kv_bytes_per_token(DTYPE_BYTES.get(str(kv), 2))
+    return shape.kv_bytes_per_token(kv_bytes(kv_cache_dtype, dtype))
 
 
 def breakdown(results) -> pd.DataFrame:
@@ -23,10 +22,8 @@ def breakdown(results) -> pd.DataFrame:
     rows = []
     for arm in results.complete_arms:
         f = results.arms.set_index("arm").loc[arm]
-        dtype = str(f.get("dtype"))
-        dtype_bytes = DTYPE_BYTES.get(dtype, 2)
-        weight_bytes = (shape.num_params * dtype_bytes if f.get("quantization") != "fp8" else
-                        shape.linear_params + (shape.num_params - shape.linear_params) * dtype_bytes)
+        dtype = f.get("dtype")
+        weights = weight_bytes(dtype, f.get("quantization")).loaded(shape)
         per_token = kv_bytes_per_token(shape, f.get("kv_cache_dtype"), dtype)
         # the pool's size: logged on GPUs; on a CPU it is the kv_cache_memory_bytes the arm asked for
         pool_gib = f.get("kv_cache_available_gib")
@@ -35,7 +32,7 @@ def breakdown(results) -> pd.DataFrame:
         tokens = f.get("kv_cache_tokens")
         rows.append({
             "arm": arm,
-            "weights_gib_computed": weight_bytes / GIB,
+            "weights_gib_computed": weights / GIB,
             "weights_gib_measured": f.get("model_load_gib"),
             "kv_pool_gib": pool_gib,
             "graphs_gib": f.get("graph_capture_gib"),
