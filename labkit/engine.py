@@ -197,33 +197,12 @@ def _profiler_config(directory: Path):
     return ProfilerConfig(**{k: v for k, v in wanted.items() if k in fields})
 
 
-def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
-    unknown = sorted(set(engine_args) - supported)
-    if unknown:
-        raise TypeError(f"unexpected keyword: this vLLM has no engine argument(s) {unknown}")
-    return engine_args
-
-
-def engine_launch(engine_args: dict, context: str):
-    """The AsyncEngineArgs and vLLM UsageContext an arm's engine is built from: the deployment's own, so that
-    vLLM resolves the defaults that deployment gets (max_num_seqs, max_num_batched_tokens, capture sizes)."""
-    import dataclasses
-
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
-
-    from .launch import CONTEXTS
-
-    supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-    return (AsyncEngineArgs(**filter_engine_args(dict(engine_args), supported)),
-            getattr(UsageContext, CONTEXTS[context][0]))
-
-
 async def _measure(job: ArmJob, out: Path) -> None:
     import pandas as pd
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from .environment import fingerprint
+    from .launch import engine_launch
     from .profiling import find_traces
     from .resolved import resolve
     from .runner import Protocol, profile_window, run_trial, sampling_for, warm_up

@@ -92,9 +92,27 @@ def implied_defaults(context: str, engine_args_by_arm: dict[str, dict], timeout_
     return json.loads(lines[-1])
 
 
-def _resolve(context: str, engine_args: dict) -> dict:
-    from .engine import engine_launch
+def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
+    unknown = sorted(set(engine_args) - supported)
+    if unknown:
+        raise TypeError(f"unexpected keyword: this vLLM has no engine argument(s) {unknown}")
+    return engine_args
 
+
+def engine_launch(engine_args: dict, context: str):
+    """The AsyncEngineArgs and vLLM UsageContext an arm's engine is built from: the deployment's own, so that
+    vLLM resolves the defaults that deployment gets (max_num_seqs, max_num_batched_tokens, capture sizes)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    return (AsyncEngineArgs(**filter_engine_args(dict(engine_args), supported)),
+            getattr(UsageContext, CONTEXTS[context][0]))
+
+
+def _resolve(context: str, engine_args: dict) -> dict:
     args, usage_context = engine_launch(engine_args, context)  # exactly as the arm's worker builds its engine
     config = args.create_engine_config(usage_context)
     sched, compilation = config.scheduler_config, config.compilation_config

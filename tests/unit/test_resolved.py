@@ -3,7 +3,8 @@ import signal
 
 import pytest
 
-from labkit.engine import classify_failure, filter_engine_args
+from labkit.engine import classify_failure
+from labkit.launch import filter_engine_args
 from labkit.resolved import facts_from_log
 
 BACKEND_LINE = ("(EngineCore pid=1) INFO 11-29 [cuda.py:483] Using FLASH_ATTN attention backend out of "
