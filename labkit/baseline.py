@@ -20,11 +20,10 @@ import numpy as np
 import pandas as pd
 
 from .errors import BadParameter, StoreConflict
-from .stats import compare_groups, groups, metric, point, t_quantile
+from .stats import VERDICT_METRICS, compare_groups, groups, metric, point, t_quantile
 from .stats import verdict as stats_verdict
 from .store import ExperimentStore, load, spec_hash, write_json_atomic
 
-METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
 BASELINES = Path(os.environ.get("LABKIT_BASELINES_DIR", Path(__file__).resolve().parent.parent / "data" / "baselines"))
 _VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
             "too few trials": "too few trials to judge"}
@@ -118,7 +117,7 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
                 trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
                 note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
                         "starts" if trials < 2 and len(peers) < 2 else None)
-                for name_m in metrics or METRICS:
+                for name_m in metrics or VERDICT_METRICS:
                     m = metric(name_m)
                     row = _judge([groups(p, arm, m) for p in peers], groups(n, arm, m), m, threshold)
                     rows.append({"experiment": name, "load": load_name, "arm": arm, "configuration": configuration,

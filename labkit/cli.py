@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 from pathlib import Path
@@ -23,12 +22,12 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
 
     from .environment import hardware_key
     from .errors import BadParameter
+    from .suite import runs_dir, utc_stamp
 
     source = Path(notebook)
     if not source.exists():
         raise BadParameter(f"no notebook {notebook}; the lab's notebooks are under {ROOT / 'notebooks'}")
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(output_dir or ROOT / "data" / "runs" / f"{stamp}-{hardware_key()}")
+    out_dir = Path(output_dir or runs_dir() / f"{utc_stamp()}-{hardware_key()}")  # where and when the suite's go
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / source.name
     papermill.execute_notebook(str(source), str(output), parameters=parameters, cwd=str(source.parent),

@@ -26,7 +26,7 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
         if not results.complete_arms:
             continue
         base = results.complete_arms[0]
-        record = stats.ab_record(results, base, ["output_tok_s", "tpot_p50_ms", "ttft_p99_ms"])
+        record = stats.ab_record(results, base, stats.VERDICT_METRICS)
         knobs = results.spec.get("arms", {})
         for load_name in record.load.unique():
             part = record[record.load == load_name]

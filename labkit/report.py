@@ -71,10 +71,10 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
         if not results.complete_arms:
             continue
         baseline_arm = results.complete_arms[0]
-        record = stats.ab_record(results, baseline_arm, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])
+        record = stats.ab_record(results, baseline_arm, stats.VERDICT_METRICS)
         for load_name, part in results.per_load():
             parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
-            parts.append(_figure(plots.arm_comparison(part, ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms"])))
+            parts.append(_figure(plots.arm_comparison(part, stats.VERDICT_METRICS)))
             parts.append(f"<p><b>Conclusion:</b> {html.escape(stats.conclusion(record[record.load == load_name], baseline_arm))}</p>")
     parts.append("</body></html>")
     path = Path(path or run / "report.html")

@@ -46,6 +46,10 @@ def _metrics() -> dict[str, Metric]:
 
 
 METRICS = _metrics()
+# The default views, named once: a summary shows throughput and the latencies users feel; a verdict (an A/B,
+# a baseline comparison, a report) judges throughput, the tail of TTFT and TBT, and the typical TPOT.
+SUMMARY_METRICS = ["output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+VERDICT_METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
 
 
 def metric(name: str) -> Metric:
@@ -102,7 +106,7 @@ def point(data: list[np.ndarray], m: Metric) -> float:
 
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per arm and metric: the value and its confidence interval."""
-    names = metrics or ["output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+    names = metrics or SUMMARY_METRICS
     alpha = (1 - confidence) / 2
     rows = []
     for arm in results.complete_arms:
@@ -193,7 +197,7 @@ def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, th
 
 def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None, threshold: float = 0.0) -> pd.DataFrame:
     """Every other complete arm against the baseline arm, one row per arm and metric."""
-    names = metrics or ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+    names = metrics or VERDICT_METRICS
     rows = []
     for arm in results.complete_arms:
         if arm == baseline_arm:

@@ -41,6 +41,11 @@ def runs_dir() -> Path:
     return Path(os.environ.get("LABKIT_RUNS_DIR", ROOT / "data" / "runs"))
 
 
+def utc_stamp() -> str:
+    """The one clock of run folders: UTC, so runs made on machines in other time zones sort together."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
 def default_profile(hardware: str) -> str:
     if hardware.startswith("cpu-"):
         return "cpu-smoke"
@@ -145,7 +150,7 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         for nb in notebooks:
             parameters_for(profile, nb)
         check_overrides(overrides, notebooks)
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = utc_stamp()
         run = runs_dir() / f"{stamp}-{hardware}"
         run.mkdir(parents=True)
         write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,

@@ -37,3 +37,22 @@ def test_no_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main([])
     assert info.value.code == 2
+
+
+def test_run_writes_where_the_suite_does_stamped_in_utc(tmp_path, monkeypatch):
+    """`labkit run` without -o goes under LABKIT_RUNS_DIR, in a folder named by the suite's UTC clock."""
+    import re
+
+    import nbformat
+
+    notebook = tmp_path / "tiny.ipynb"
+    cell = nbformat.v4.new_code_cell("x: int = 1  # a parameter")
+    cell.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_code_cell("assert x == 2")])
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nbformat.write(nb, notebook)
+    monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path / "runs"))
+    assert cli.main(["run", str(notebook), "-p", "x", "2"]) == 0
+    [run] = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"\d{8}T\d{6}Z-.+", run.name), run.name
+    assert (run / "tiny.ipynb").exists()
