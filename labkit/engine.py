@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .environment import tuning_variables
 from .platform import gpu_memory_in_use
 from .store import write_json_atomic
 
@@ -163,7 +164,7 @@ def _kill_group(pid: int) -> None:
 def worker_main(job: dict, workdir: str) -> None:
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
     # The user's tuning variables, read before vLLM's import sets its own (the CPU platform sets several).
-    job["user_variables"] = {k: v for k, v in os.environ.items() if k.startswith(("VLLM_", "NCCL_"))}
+    job["user_variables"] = tuning_variables()
     out = Path(workdir)
     log = open(out / "engine.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors

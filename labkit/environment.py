@@ -96,9 +96,21 @@ def hardware_key(gpus: tuple[str, ...] | None = None, cpu: str | None = None) ->
     return "cpu-" + re.sub(r"[^a-z0-9]+", "-", model).strip("-")[:40]
 
 
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def tuning_variables(environ=None) -> dict[str, str]:
+    """The VLLM_*/NCCL_* variables in force, as recorded everywhere results go (store, suite, report, CLI):
+    a value whose name looks secret (VLLM_API_KEY, a token) is never written, only that it was set."""
+    environ = os.environ if environ is None else environ
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in sorted(environ.items())
+            if k.startswith(("VLLM_", "NCCL_"))}
+
+
 def fingerprint() -> dict:
     platform = current_platform()
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("VLLM_", "NCCL_"))}
+    env = tuning_variables()
     facts = {
         "captured_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hostname": socket.gethostname(),
