@@ -234,7 +234,8 @@ def main() -> None:
             rows.append({"arm": pair["arm"], "load": pair["load"], "context": pair["context"],
                          "plain_tok_s": pair["plain_tok_s"], "lab_tok_s": pair["lab_tok_s"], "ratio": ratio,
                          "ci_low": low, "ci_high": high, "meets_target": ratio >= target,
-                         "differs": pair["differs"], "engine_args": pair["plain"]["engine_args"]})
+                         "differs": pair["differs"],
+                         "engine_args": {**pair["plain"]["engine_args"], "model": pair["experiment"].model}})
     report = {"model": pairs[0]["experiment"].model, "platform": platform.kind, "vllm": platform.vllm_version_str,
               "gpus": list(platform.gpu_names),
               "requests": a.requests, "prompt_len": a.prompt_len, "output_len": a.output_len, "clients": a.clients,
