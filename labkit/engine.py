@@ -117,8 +117,8 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
             _kill_group(proc.pid)
             proc.join(10)
         # A worker killed from outside (the out-of-memory killer) leaves its engine's processes in its group,
-        # holding memory and cores the next arm needs; after a clean exit the group is already empty.
-        _end_group(proc.pid)
+        # holding memory and cores the next arm needs; after a clean exit the group is empty and this returns.
+        _kill_group(proc.pid)
     seconds = time.monotonic() - start
     result_file = workdir / "result.json"
     log_text = read_log(workdir / "engine.log")
@@ -142,13 +142,6 @@ def occupied_note(in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> 
     listed = ", ".join(f"GPU {gpu}: {gib:.1f} GiB" for gpu, gib in held.items())
     return (f"before this engine started, memory was already in use ({listed}): another process, often an "
             "engine left behind by an interrupted run, holds it. Stop it (nvidia-smi lists it) and rerun the arm.\n")
-
-
-def _end_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill_group(pid: int) -> None:
