@@ -69,8 +69,8 @@ def plan_pairs(a, results_dir: str | Path) -> list[dict]:
 
 
 def _requests(job: dict, trial: int):
-    from labkit.runner import content_seed
-    from labkit.workload import Workload
+    from labkit.measure.driver import content_seed
+    from labkit.spec.workload import Workload
     return Workload.from_dict(job["workload"]).build(job["vocab"], content_seed(0, trial))  # as the lab's load 0
 
 
@@ -78,7 +78,7 @@ def plain_offline(job: dict) -> list[float]:
     """LLM.generate on the whole batch, as an offline user runs it."""
     from vllm import LLM, SamplingParams
 
-    from labkit.runner import sampling_for
+    from labkit.measure.driver import sampling_for
 
     llm = LLM(**job["engine_args"])
     sampling = sampling_for(llm.llm_engine.model_config, job["temperature"])
@@ -107,8 +107,8 @@ async def plain_serve(job: dict) -> list[float]:
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from labkit.runner import sampling_for
-    from labkit.workload import Workload
+    from labkit.measure.driver import sampling_for
+    from labkit.spec.workload import Workload
 
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**job["engine_args"]),
                                        usage_context=UsageContext.OPENAI_API_SERVER)
@@ -152,7 +152,7 @@ def ratio_interval(lab: list[float], plain: list[float]) -> tuple[float, float, 
     """lab mean / plain mean, with the 95 % interval of the ratio of bootstrap means over the trials."""
     import numpy as np
 
-    from labkit.stats import metric, replicates
+    from labkit.analyze.stats import metric, replicates
 
     m = metric("output_tok_s")
     ratios = replicates([np.asarray(lab, float)], m, seed=0) / replicates([np.asarray(plain, float)], m, seed=1)

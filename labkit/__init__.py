@@ -2,14 +2,14 @@
 
 `import labkit` loads neither torch nor vLLM: engines live only in the arm worker processes.
 """
-from .errors import BadParameter, LabkitError, NotApplicable, StoreConflict
-from .experiment import Experiment, default_model
-from .knobs import KNOBS, plan_arm
-from .models import SHAPES, ModelShape, resolve_model
-from .platform import current_platform
-from .runner import Protocol
-from .store import Results, load
-from .workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform, Workload
+from labkit.errors import BadParameter, LabkitError, NotApplicable, StoreConflict
+from labkit.experiment import Experiment, default_model
+from labkit.spec.knobs import KNOBS, plan_arm
+from labkit.spec.models import SHAPES, ModelShape, resolve_model
+from labkit.measure.platform import current_platform
+from labkit.spec.protocol import Protocol
+from labkit.store import Results, load
+from labkit.spec.workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform, Workload
 
 __all__ = [
     "BadParameter", "LabkitError", "NotApplicable", "StoreConflict", "Experiment", "default_model", "KNOBS",

@@ -6,8 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _value(text: str):
     """Parameters arrive as text; numbers, booleans, None and JSON become Python values."""
@@ -20,14 +18,15 @@ def _value(text: str):
 def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None = None) -> Path:
     import papermill
 
-    from .environment import hardware_key
-    from .errors import BadParameter
-    from .suite import runs_dir, utc_stamp
+    from labkit.measure.environment import hardware_key
+    from labkit.errors import BadParameter
+    from labkit import settings
+    from labkit.suite.notebooks import utc_stamp
 
     source = Path(notebook)
     if not source.exists():
-        raise BadParameter(f"no notebook {notebook}; the lab's notebooks are under {ROOT / 'notebooks'}")
-    out_dir = Path(output_dir or runs_dir() / f"{utc_stamp()}-{hardware_key()}")  # where and when the suite's go
+        raise BadParameter(f"no notebook {notebook}; the lab's notebooks are under {settings.NOTEBOOKS}")
+    out_dir = Path(output_dir or settings.current().runs_dir / f"{utc_stamp()}-{hardware_key()}")  # where and when the suite's go
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / source.name
     papermill.execute_notebook(str(source), str(output), parameters=parameters, cwd=str(source.parent),
@@ -42,8 +41,8 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
                        report: str | None = None) -> int:
     """Compare a suite run with its baseline (the pinned run and its replicates unless named), write the report,
     print the verdicts; the exit status."""
-    from .baseline import baseline_runs, caution, compare_runs, environment_diff, suite_meta
-    from .report import write_report
+    from labkit.suite.baseline import baseline_runs, caution, compare_runs, environment_diff, suite_meta
+    from labkit.present.report import write_report
 
     bases = [Path(b) for b in baseline] if baseline else baseline_runs(suite_meta(run)["hardware_key"])
     comparison = env_diff = None
@@ -70,7 +69,7 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import LabkitError
+    from labkit.errors import LabkitError
 
     parser = argparse.ArgumentParser(prog="labkit", description="the vLLM tuning lab")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -107,29 +106,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "env":
-            from .environment import fingerprint
+            from labkit.measure.environment import fingerprint
             print(json.dumps(fingerprint(), indent=2))
         elif args.command == "suite":
-            from . import journal, suite as suite_mod
-            from .baseline import suite_meta
+            from labkit.suite import journal, notebooks as suite_mod
+            from labkit.suite.baseline import suite_meta
             overrides = suite_mod.parse_overrides(args.override)
             run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides)
             journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
             print(f"suite run: {run}")
             return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))
         elif args.command == "baseline":
-            from .baseline import pin as pin_run
+            from labkit.suite.baseline import pin as pin_run
             print(f"{'added as a replicate' if args.replicate else 'pinned'}: {pin_run(args.run, replicate=args.replicate)}")
         elif args.command == "compare":
-            from .suite import statuses
+            from labkit.suite.notebooks import statuses
             return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
         elif args.command == "journal":
-            from .journal import read
+            from labkit.suite.journal import read
             import pandas as pd
             with pd.option_context("display.max_colwidth", 80, "display.width", 200):
                 print(read()[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
         else:
-            from .suite import parameters_for
+            from labkit.suite.notebooks import parameters_for
             params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
             params.update({name: _value(value) for name, value in args.parameter})
             print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")

@@ -10,40 +10,32 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from .engine import ArmJob, run_arm
-from .errors import BadParameter
-from .knobs import ArmPlan, check_knobs, plan_arm
-from .launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
+from labkit.measure.supervisor import ArmJob, run_arm
+from labkit import settings
+from labkit.errors import BadParameter
+from labkit.spec.knobs import ArmPlan, check_knobs, plan_arm
+from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                      sizes_text)
-from .models import ModelRef, resolve_model
-from .platform import Platform, current_platform
-from .runner import Protocol
-from .store import ExperimentStore, Results, check_name, load
-from .workload import Mix, Workload
+from labkit.spec.models import ModelRef, resolve_model
+from labkit.measure.platform import Platform, current_platform
+from labkit.spec.protocol import Protocol
+from labkit.store import ExperimentStore, Results, check_name, load
+from labkit.spec.workload import Mix, Workload
 
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
-LAUNCH_OVERRIDES_VARIABLE = "LABKIT_LAUNCH_OVERRIDES"
 
 
 def launch_overrides() -> dict:
-    """Knobs the launch configuration forces onto every arm (`labkit suite --override`, passed to the notebook
-    kernels as JSON in LABKIT_LAUNCH_OVERRIDES): one deliberate change, tried across every experiment."""
-    text = os.environ.get(LAUNCH_OVERRIDES_VARIABLE, "")
-    if not text:
-        return {}
-    try:
-        knobs = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadParameter(f"{LAUNCH_OVERRIDES_VARIABLE} must be a JSON object of knobs such as "
-                           f'{{"enforce_eager": true}}, got {text!r} ({exc})') from None
-    check_knobs(knobs, LAUNCH_OVERRIDES_VARIABLE)
-    return knobs
+    """Knobs the settings force onto every arm (`labkit suite --override`, handed to each notebook kernel):
+    one deliberate change, tried across every experiment."""
+    knobs = settings.current().launch_overrides
+    check_knobs(knobs, settings.VARIABLES["launch_overrides"])
+    return dict(knobs)
 
 
 def default_model(platform: Platform | None = None) -> str:

@@ -23,13 +23,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from .errors import BadParameter, StoreConflict
+from labkit import settings
+from labkit.files import write_json_atomic
+from labkit.errors import BadParameter, StoreConflict
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
-
-
-def default_results_dir() -> Path:
-    return Path(os.environ.get("LABKIT_RESULTS_DIR", Path(__file__).resolve().parent.parent / "data" / "results"))
 
 
 def check_name(name: str, what: str) -> str:
@@ -42,12 +40,6 @@ def spec_hash(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def write_json_atomic(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
-
-
 def _utc_stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
 
@@ -57,7 +49,7 @@ class ExperimentStore:
 
     def __init__(self, name: str, root: str | Path | None = None):
         self.name = check_name(name, "experiment")
-        self.path = Path(root or default_results_dir()) / name
+        self.path = Path(root or settings.current().results_dir) / name
 
     def arm_dir(self, arm: str) -> Path:
         return self.path / "arms" / arm

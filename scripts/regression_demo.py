@@ -45,7 +45,7 @@ def completed(runs: Path, changed: bool, index: int, start: list[str]) -> Path:
 
 def finished(run: Path) -> bool:
     """Every notebook has a status (a failed one counts: its failure is the result)."""
-    from labkit.suite import statuses
+    from labkit.suite.notebooks import statuses
 
     return len(statuses(run)) == len(json.loads((run / "suite.json").read_text())["notebooks"])
 

@@ -88,7 +88,7 @@ def test_a_worker_killed_from_outside_leaves_no_engine_process(tmp_path):
     failed with that cause, and none of the vLLM processes its engine started is left running."""
     import psutil
 
-    from labkit.engine import ArmJob, run_arm
+    from labkit.measure.supervisor import ArmJob, run_arm
 
     exp = lk.Experiment("orphans", {"eager": EAGER}, lk.Workload(64, lk.Fixed(16), lk.Fixed(64), lk.Burst()),
                         model="tiny-llama", protocol=lk.Protocol(trials=20, warmup_requests=2), results_dir=tmp_path)

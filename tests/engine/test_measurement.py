@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import labkit as lk
-from labkit import stats
+from labkit.analyze import stats
 
 pytestmark = pytest.mark.engine
 

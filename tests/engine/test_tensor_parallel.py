@@ -5,7 +5,7 @@ import os
 import pytest
 
 import labkit as lk
-from labkit import parallel, profiling
+from labkit.analyze import parallel, profiling
 
 pytestmark = pytest.mark.engine
 

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import baseline, cli, journal
+from labkit.suite import baseline, journal
+from labkit import cli
 from labkit.errors import BadParameter, StoreConflict
 from labkit.store import ExperimentStore
 
@@ -147,7 +148,7 @@ def test_journal_appends_change_metric_conclusion(tmp_path, monkeypatch):
 
 
 def test_suite_selection_and_profiles():
-    from labkit import suite
+    from labkit.suite import notebooks as suite
     every = suite.discover()
     assert every[0].name == "00_quickstart.ipynb"
     assert all("L3_kernel" in str(p) for p in suite.discover(["L3"]))
@@ -165,7 +166,7 @@ def test_suite_selection_and_profiles():
 
 
 def test_executed_copies_are_named_after_their_notebook():
-    from labkit import suite
+    from labkit.suite import notebooks as suite
     nb = suite.NOTEBOOKS / "L3_kernel" / "cuda_graphs.ipynb"
     assert suite._slug(nb) == "L3_kernel__cuda_graphs"
 

@@ -1,7 +1,7 @@
 """What the environment capture writes: tuning variables kept, secrets never (no engine)."""
 import json
 
-from labkit.environment import REDACTED, fingerprint, tuning_variables
+from labkit.measure.environment import REDACTED, fingerprint, tuning_variables
 
 
 def test_secret_looking_values_are_never_recorded():

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from labkit import baseline, suite
+from labkit.suite import baseline, notebooks as suite
 from labkit.errors import BadParameter
-from labkit.experiment import LAUNCH_OVERRIDES_VARIABLE, Experiment, launch_overrides
-from labkit.platform import Platform
-from labkit.workload import Concurrency, Fixed, Workload
+from labkit import settings
+from labkit.experiment import Experiment, launch_overrides
+from labkit.measure.platform import Platform
+from labkit.spec.workload import Concurrency, Fixed, Workload
+
+LAUNCH_OVERRIDES_VARIABLE = settings.VARIABLES["launch_overrides"]
 
 H200 = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
 LOAD = Workload(8, Fixed(32), Fixed(16), Concurrency(2))
@@ -120,6 +123,7 @@ def test_resume_runs_only_the_notebooks_of_the_interrupted_run(tmp_path, monkeyp
 
 def test_each_notebook_runs_with_the_overrides_that_reach_it(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path))
+    monkeypatch.delenv("LABKIT_RESULTS_DIR", raising=False)
     monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, "")  # restored after the test
     seen = {}
     monkeypatch.setattr("papermill.execute_notebook",
@@ -127,6 +131,7 @@ def test_each_notebook_runs_with_the_overrides_that_reach_it(tmp_path, monkeypat
     run = suite.run_suite(["00_quickstart", "L3_kernel/profile_hotspots"], "cpu-smoke", progress=False,
                           overrides={"L3_kernel/profile_hotspots:enforce_eager": True, "max_num_seqs": 8})
     assert seen == {"00_quickstart": {"max_num_seqs": 8}, "profile_hotspots": {"enforce_eager": True, "max_num_seqs": 8}}
+    assert os.environ[LAUNCH_OVERRIDES_VARIABLE] == "" and "LABKIT_RESULTS_DIR" not in os.environ  # restored
     assert json.loads((run / "suite.json").read_text())["overrides"] == {
         "L3_kernel/profile_hotspots:enforce_eager": True, "max_num_seqs": 8}
 

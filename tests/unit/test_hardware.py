@@ -4,10 +4,10 @@ from dataclasses import asdict
 import pandas as pd
 import pytest
 
-from labkit.environment import hardware_key
-from labkit.hardware import Peaks, decode_step_bytes, decode_step_floor_s, gpu_peaks, prefill_floor_s, roofline_table
-from labkit.models import SHAPES
-from labkit.precision import WeightBytes
+from labkit.measure.environment import hardware_key
+from labkit.analyze.roofline import Peaks, decode_step_bytes, decode_step_floor_s, gpu_peaks, prefill_floor_s, roofline_table
+from labkit.spec.models import SHAPES
+from labkit.analyze.precision import WeightBytes
 from labkit.store import Results
 
 LLAMA = SHAPES["llama3-8b"]
@@ -155,7 +155,7 @@ def test_hardware_key_cpu():
 
 
 def test_cpu_signature_tells_apart_hosts_whose_model_name_is_hidden():
-    from labkit.environment import cpu_signature
+    from labkit.measure.environment import cpu_signature
     sapphire = "processor\t: 0\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Processor\nstepping\t: 8\ncpu MHz\t\t: 2100.000\n\nprocessor\t: 1\nmodel\t\t: 999\n"
     granite = sapphire.replace("model\t\t: 143", "model\t\t: 173").replace("stepping\t: 8", "stepping\t: 1")
     assert cpu_signature(sapphire) == "family 6 model 143 stepping 8"

@@ -3,7 +3,7 @@ import subprocess
 import sys
 import time
 
-from labkit.hostload import OtherLoad
+from labkit.measure.hostload import OtherLoad
 
 SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 

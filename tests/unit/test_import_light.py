@@ -5,7 +5,7 @@ import sys
 
 CODE = """
 import sys
-import labkit, labkit.stats, labkit.store, labkit.hardware, labkit.plots, labkit.parallel, labkit.topology
+import labkit, labkit.analyze.stats, labkit.store, labkit.analyze.roofline, labkit.present.plots, labkit.analyze.parallel, labkit.measure.topology
 heavy = sorted(m for m in ("vllm", "torch") if m in sys.modules)
 assert not heavy, f"importing labkit loaded {heavy}"
 print("light")

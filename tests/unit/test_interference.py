@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import interference
+from labkit.analyze import interference
 from labkit.errors import BadParameter
 from labkit.store import Results
 

@@ -2,8 +2,8 @@
 import pytest
 
 from labkit.errors import BadParameter
-from labkit.knobs import KNOBS, check_knobs, plan_arm
-from labkit.platform import Platform
+from labkit.spec.knobs import KNOBS, check_knobs, plan_arm
+from labkit.measure.platform import Platform
 
 CPU = Platform(kind="cpu", vllm_version=(0, 32, 0))
 H200 = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
@@ -184,7 +184,7 @@ def test_tensor_times_data_parallel_gpus_are_counted_together(monkeypatch):
 
 
 def test_tensor_parallel_on_cpu_needs_a_numa_node_or_a_core_group_per_rank(monkeypatch):
-    from labkit.platform import cpu_ranks_problem
+    from labkit.measure.platform import cpu_ranks_problem
     assert cpu_ranks_problem(2, bind="auto", nodes=2) is None
     assert "'0|1'" in cpu_ranks_problem(2, bind="auto", nodes=1)
     assert cpu_ranks_problem(2, bind="0|1") is None and cpu_ranks_problem(2, bind="nobind") is None
@@ -212,8 +212,8 @@ def test_engine_args_combine_across_knobs():
 
 
 def test_capture_sizes_knob_maps_to_compilation_config_and_merges():
-    from labkit.knobs import plan_arm
-    from labkit.platform import Platform
+    from labkit.spec.knobs import plan_arm
+    from labkit.measure.platform import Platform
     gpu = Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
     plan = plan_arm({"cudagraph_capture_sizes": [8, 1, 4, 2]}, gpu)
     assert plan.engine_args == {"compilation_config": {"cudagraph_capture_sizes": [1, 2, 4, 8]}}

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 import labkit as lk
-from labkit import baseline
+from labkit.suite import baseline
 from labkit.errors import BadParameter, StoreConflict
-from labkit.launch import CONTEXTS, check_context, launch_command, sizes_text
-from labkit.platform import Platform
+from labkit.spec.launch import CONTEXTS, check_context, filter_engine_args, launch_command, sizes_text
+from labkit.measure.platform import Platform
 from labkit.store import ExperimentStore
 
 CPU = Platform("cpu", (0, 32, 0))
@@ -79,7 +79,7 @@ def test_temperature_is_checked():
 
 
 def test_sampling_is_the_servers_default_unless_the_protocol_names_it():
-    from labkit.runner import SAMPLING_KEYS, choose_sampling
+    from labkit.spec.protocol import SAMPLING_KEYS, choose_sampling
 
     neutral = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
     assert set(neutral) == set(SAMPLING_KEYS)
@@ -132,3 +132,9 @@ def test_harness_tax_pairs_compare_like_with_like(tmp_path):
     assert pairs[1]["plain"]["engine_args"]["enforce_eager"] is True
     low_high = bench.ratio_interval([99.0, 100.0, 101.0], [100.0, 100.0, 100.0])
     assert low_high[0] == pytest.approx(1.0) and low_high[1] < 1.0 < low_high[2]
+
+
+def test_filter_engine_args():
+    assert filter_engine_args({"max_num_seqs": 4}, {"max_num_seqs", "model"}) == {"max_num_seqs": 4}
+    with pytest.raises(TypeError, match="attention_backend"):
+        filter_engine_args({"max_num_seqs": 4, "attention_backend": "FLASH_ATTN"}, {"max_num_seqs"})

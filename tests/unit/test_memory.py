@@ -4,8 +4,8 @@ import pytest
 
 from dataclasses import asdict
 
-from labkit import memory
-from labkit.models import SHAPES
+from labkit.analyze import memory
+from labkit.spec.models import SHAPES
 from labkit.store import Results
 
 LLAMA = SHAPES["llama3-8b"]
@@ -57,7 +57,7 @@ def test_fitted_max_model_len_covers_the_quantile():
 
 
 def test_pool_arms_per_platform():
-    from labkit.platform import Platform
+    from labkit.measure.platform import Platform
 
     cpu, h200 = Platform("cpu", (0, 32, 0)), Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
     arms, largest = memory.pool_arms(cpu, 768, [0.5, 0.9], [256, 64])

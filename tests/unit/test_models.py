@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from labkit.errors import BadParameter
-from labkit.models import BOS_ID, EOS_ID, FIRST_TEXT_ID, PAD_ID, SHAPES, UNK_ID, ModelShape, resolve_model
+from labkit.spec.models import BOS_ID, EOS_ID, FIRST_TEXT_ID, PAD_ID, SHAPES, UNK_ID, ModelShape, resolve_model
 
 LLAMA = SHAPES["llama3-8b"]
 TINY = SHAPES["tiny-llama"]

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import parallel, profiling
+from labkit.analyze import parallel, profiling
 from labkit.store import Results
 
 TRIALS, PER_TRIAL = 3, 40
@@ -180,21 +180,3 @@ def test_multicast_is_turned_off_unless_the_user_chose():
     fresh = {}
     parallel.keep_multicast_off(fresh)
     assert fresh == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-
-
-def test_engine_counters_add_up_across_replicas_and_kv_usage_takes_the_fullest_pool(monkeypatch):
-    import sys
-    import types
-    from types import SimpleNamespace as Metric
-
-    from labkit import runner
-
-    snapshot = [Metric(name="vllm:num_preemptions", value=2), Metric(name="vllm:num_preemptions", value=3),
-                Metric(name="vllm:kv_cache_usage_perc", value=0.25), Metric(name="vllm:kv_cache_usage_perc", value=0.5),
-                Metric(name="vllm:iteration_tokens_total", value=99)]
-    reader = types.ModuleType("vllm.v1.metrics.reader")
-    reader.get_metrics_snapshot = lambda: snapshot
-    for name in ("vllm", "vllm.v1", "vllm.v1.metrics"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.v1.metrics.reader", reader)
-    assert runner.read_counters() == {"vllm:num_preemptions": 5.0, "vllm:kv_cache_usage_perc": 0.5}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import profiling as P
+from labkit.analyze import profiling as P
 from labkit.errors import BadParameter
 
 DATA = Path(__file__).parent / "data"
@@ -235,7 +235,7 @@ def test_real_cpu_worker_trace():
 
 
 def test_import_stays_light():
-    code = "import sys, labkit.profiling; assert not {'torch', 'vllm'} & set(sys.modules), sorted(sys.modules)"
+    code = "import sys, labkit.analyze.profiling; assert not {'torch', 'vllm'} & set(sys.modules), sorted(sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 

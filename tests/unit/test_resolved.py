@@ -1,11 +1,8 @@
-"""What vLLM chose, read from its log; and the failure causes a user is told."""
-import signal
+"""What vLLM chose, read from its log (no engine)."""
 
 import pytest
 
-from labkit.engine import classify_failure
-from labkit.launch import filter_engine_args
-from labkit.resolved import facts_from_log
+from labkit.measure.resolved import facts_from_log
 
 BACKEND_LINE = ("(EngineCore pid=1) INFO 11-29 [cuda.py:483] Using FLASH_ATTN attention backend out of "
                 "potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].")
@@ -90,81 +87,3 @@ def test_whole_log_and_nothing():
                      "graph_capture_gib": 0.99, "engine_init_s": 27.57}
     assert facts_from_log("") == {}
     assert facts_from_log("INFO nothing interesting here\nWARNING still nothing") == {}
-
-
-# ---- classify_failure --------------------------------------------------------------------------------
-KV_TOO_SMALL = ("ValueError: To serve at least one request with the models's max seq len (8192), (1.00 GiB KV "
-                "cache is needed, which is larger than the available KV cache memory (0.10 GiB)")
-
-
-def test_timeout_wins():
-    assert classify_failure("torch.OutOfMemoryError: CUDA out of memory", -9, timed_out=True) == "timeout"
-
-
-def test_out_of_memory():
-    tail = "Traceback...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
-    assert classify_failure(tail, 1, False) == "out_of_memory"
-
-
-def test_kv_cache_too_small():
-    assert classify_failure("INFO starting\n" + KV_TOO_SMALL, 1, False) == "kv_cache_too_small"
-
-
-def test_killed_by_sigkill():
-    cause = classify_failure("INFO warming up\nINFO still warming up", -signal.SIGKILL, False)
-    assert cause.startswith("killed_by_signal_SIGKILL")
-    assert "out-of-memory" in cause
-
-
-def test_killed_by_other_signal():
-    assert classify_failure("", -signal.SIGSEGV, False) == "killed_by_signal_SIGSEGV"
-
-
-@pytest.mark.parametrize("tail, code", [("RuntimeError: something odd", 1), ("", None), ("", 0)])
-def test_engine_error(tail, code):
-    assert classify_failure(tail, code, False) == "engine_error"
-
-
-@pytest.mark.parametrize("tail, cause", [
-    ("ValueError: Selected backend FLASHINFER is not valid for this configuration", "backend_unavailable"),
-    ("NotImplementedError: fp8 on this device", "unsupported_configuration"),
-    ("TypeError: __init__() got an unexpected keyword argument 'foo'", "bad_engine_argument"),
-])
-def test_other_causes(tail, cause):
-    assert classify_failure(tail, 1, False) == cause
-
-
-def test_filter_engine_args():
-    assert filter_engine_args({"max_num_seqs": 4}, {"max_num_seqs", "model"}) == {"max_num_seqs": 4}
-    with pytest.raises(TypeError, match="attention_backend"):
-        filter_engine_args({"max_num_seqs": 4, "attention_backend": "FLASH_ATTN"}, {"max_num_seqs"})
-
-
-def test_unsupported_argument_is_classified_as_bad_argument():
-    try:
-        filter_engine_args({"bogus_arg": 1}, {"model"})
-    except TypeError as exc:
-        message = f"{type(exc).__name__}: {exc}"  # what the worker records in result.json
-    assert "bogus_arg" in message
-    assert classify_failure(message, 1, False) == "bad_engine_argument"
-
-
-def test_root_cause_far_above_the_tail_is_found_and_quoted():
-    from labkit.engine import classify_failure, failure_summary
-    log = "\n".join(
-        ["(EngineCore pid=1) INFO 11-29 [cpu.py:1] Warm-up op is not supported, falling back"]
-        + ["(EngineCore pid=1) ERROR 11-29 [core.py:1510]   File \"x.py\", line 1"] * 5
-        + ["(EngineCore pid=1) ERROR 11-29 [core.py:1510] ValueError: To serve at least one request with the "
-           "model's max seq len (4096), (0.0 GiB KV cache is needed, which is larger than the available KV "
-           "cache memory (0.0 GiB)."]
-        + ["RuntimeError: Engine core initialization failed. See root cause above."]
-        + ["(MainProcess) INFO shutdown line"] * 100)
-    assert classify_failure(log, 1, False) == "kv_cache_too_small"
-    summary = failure_summary(log)
-    assert summary.startswith("root cause: ") and "larger than the available KV cache" in summary.splitlines()[0]
-
-
-def test_a_warning_is_not_a_cause():
-    from labkit.engine import classify_failure
-    log = "(Worker) WARNING something is not supported, falling back\nRuntimeError: worker died"
-    assert classify_failure(log, 1, False) == "engine_error"

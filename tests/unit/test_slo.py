@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import slo
+from labkit.analyze import slo
 from labkit.errors import BadParameter
 
 GRID = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -91,7 +91,7 @@ def test_settings_read_from_the_store_are_not_counted_as_engine_starts(monkeypat
         tbt = 5 + 0.5 * int(results.arm.split("=")[1])
         return pd.DataFrame([{"arm": results.arm, "metric": "tbt_p99_ms", "value": tbt, "ci_low": tbt, "ci_high": tbt}])
 
-    monkeypatch.setattr("labkit.stats.summarize", summarize)
+    monkeypatch.setattr("labkit.analyze.stats.summarize", summarize)
     result = slo.search_max_num_seqs(Sweep(), [8, 16, 32, 64, 128], {"tbt_p99_ms": 30}, progress=False)
     assert result.largest_meeting == 32 and sorted(result.measured) == [32, 64]
     assert (result.engine_starts, result.from_store) == (1, 1)

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit import stats
+from labkit.analyze import stats
 from labkit.errors import BadParameter
 from labkit.store import Results
 
@@ -229,7 +229,7 @@ def test_one_trial_level_value_is_too_few_to_judge():
 
 
 def test_t_quantiles_match_the_published_table():
-    from labkit.stats import t_quantile
+    from labkit.analyze.stats import t_quantile
     for df, published in ((1, 12.706), (2, 4.303), (10, 2.228), (11, 2.201), (20, 2.086), (30, 2.042), (120, 1.980)):
         assert t_quantile(df) == pytest.approx(published, abs=0.001)
     with pytest.raises(ValueError):

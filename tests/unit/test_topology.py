@@ -1,7 +1,7 @@
 """The `nvidia-smi topo -m` parser on the shapes nvidia-smi really prints (no GPU needed)."""
 import pytest
 
-from labkit import topology
+from labkit.measure import topology
 from labkit.errors import BadParameter
 
 LEGEND = """
@@ -123,7 +123,9 @@ def test_unknown_link_pair_names_the_devices():
 
 
 def test_without_nvidia_smi_it_says_so(monkeypatch):
-    monkeypatch.setattr(topology.shutil, "which", lambda name: None)
+    from labkit.measure import gpu
+    monkeypatch.setattr(gpu, "_nvml_rows", lambda field: None)
+    monkeypatch.setattr(gpu.shutil, "which", lambda name: None)
     topo = topology.read_topology()
     assert not topo.available and "nvidia-smi is not on this machine" in topo.summary()
     assert topo.gpus == [] and topo.pairs().empty

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from labkit.errors import BadParameter
-from labkit.models import FIRST_TEXT_ID
-from labkit.workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Poisson, Uniform, Workload
+from labkit.spec.models import FIRST_TEXT_ID
+from labkit.spec.workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Poisson, Uniform, Workload
 
 
 def rng(seed=0):

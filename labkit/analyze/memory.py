@@ -1,0 +1,72 @@
+"""Device memory = weights + KV-cache pool + activations/graphs: computed from the model's shape, set
+against what the engine measured and logged for each arm."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from labkit.spec.models import ModelShape
+from labkit.analyze.precision import kv_bytes, weight_bytes
+
+GIB = 2**30
+
+
+def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str, dtype: str) -> float:
+    return shape.kv_bytes_per_token(kv_bytes(kv_cache_dtype, dtype))
+
+
+def breakdown(results) -> pd.DataFrame:
+    """Per arm: weights, KV pool and graphs in GiB (computed and measured), KV capacity in tokens and
+    maximum concurrency at max_model_len (measured and computed from the pool's size)."""
+    shape = ModelShape(**results.spec["shape"])
+    rows = []
+    for arm in results.complete_arms:
+        f = results.arms.set_index("arm").loc[arm]
+        dtype = f.get("dtype")
+        weights = weight_bytes(dtype, f.get("quantization")).loaded(shape)
+        per_token = kv_bytes_per_token(shape, f.get("kv_cache_dtype"), dtype)
+        # the pool's size: logged on GPUs; on a CPU it is the kv_cache_memory_bytes the arm asked for
+        pool_gib = f.get("kv_cache_available_gib")
+        if pool_gib is None or pd.isna(pool_gib):
+            pool_gib = (f.get("kv_cache_memory_bytes") or np.nan) / GIB
+        tokens = f.get("kv_cache_tokens")
+        rows.append({
+            "arm": arm,
+            "weights_gib_computed": weights / GIB,
+            "weights_gib_measured": f.get("model_load_gib"),
+            "kv_pool_gib": pool_gib,
+            "graphs_gib": f.get("graph_capture_gib"),
+            "kv_bytes_per_token": per_token,
+            "kv_tokens_measured": tokens,
+            "kv_tokens_computed": pool_gib * GIB / per_token,
+            "max_model_len": f.get("max_model_len"),
+            "max_concurrency_measured": f.get("max_concurrency"),
+            "max_concurrency_computed": tokens / f.get("max_model_len") if tokens else np.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def fitted_max_model_len(prompt_lengths, output_lengths, quantile: float = 0.99, multiple: int = 256) -> int:
+    """A max_model_len that covers the real length distribution (its quantile), rounded up, instead of
+    the model's maximum: every request slot then reserves what requests really use."""
+    need = np.quantile(np.asarray(prompt_lengths) + np.asarray(output_lengths), quantile)
+    return int(np.ceil(need / multiple) * multiple)
+
+
+def pool_arms(platform, fitted_max_model_len: int, utilizations: list[float],
+              cpu_kv_mib: list[int]) -> tuple[dict[str, dict], str]:
+    """The memory-pool experiment's arms: one per pool size (gpu_memory_utilization on a GPU; on a CPU
+    kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
+    with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
+    Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
+    if platform.kind == "cuda":
+        pools = {f"util={u}": {"gpu_memory_utilization": float(u)} for u in utilizations}
+    else:
+        pools = {f"kv={m}MiB": {"kv_cache_memory_bytes": int(m) << 20} for m in cpu_kv_mib}
+    largest = max(pools, key=lambda arm: next(iter(pools[arm].values())))
+    fitted = {**pools[largest], "max_model_len": fitted_max_model_len}
+    arms = {**pools, "fitted_max_model_len": fitted}
+    if platform.kind == "cuda":
+        arms["fp8_kv_cache"] = {**fitted, "kv_cache_dtype": "fp8"}
+        arms["fp8_weights"] = {**fitted, "quantization": "fp8"}
+    return arms, largest

@@ -1,0 +1,51 @@
+"""Bytes per element, the one rule that the memory breakdown and the roofline share: weights by dtype and
+quantization, the KV cache by kv_cache_dtype and dtype."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.spec.models import ModelShape
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1,
+               "fp8_e5m2": 1}
+
+
+def dtype_bytes(dtype) -> float:
+    return DTYPE_BYTES.get(str(dtype), 2)  # an unrecorded dtype is vLLM's usual default, bf16
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Bytes per weight parameter: of the decoder layers' projections, and of the rest (embeddings, LM
+    head, norms), which weight quantization leaves alone."""
+
+    projection: float = 2
+    other: float = 2
+
+    @classmethod
+    def of(cls, value: "float | WeightBytes") -> "WeightBytes":
+        return value if isinstance(value, WeightBytes) else cls(value, value)
+
+    def loaded(self, shape: ModelShape) -> float:
+        """Every weight, as it sits in device memory."""
+        return shape.linear_params * self.projection + (shape.num_params - shape.linear_params) * self.other
+
+    def read(self, shape: ModelShape, tokens: float) -> float:
+        """What one forward pass over `tokens` tokens reads: every matrix once, but of an untied input
+        embedding only its tokens' rows (a tied table is read in full anyway, as the LM head)."""
+        if shape.tie_word_embeddings:
+            return self.loaded(shape)
+        unread_rows = max(shape.vocab_size - tokens, 0)
+        return self.loaded(shape) - unread_rows * shape.hidden_size * self.other
+
+
+def weight_bytes(dtype, quantization) -> WeightBytes:
+    model = dtype_bytes(dtype)
+    # vLLM's fp8 converts only the linear layers: the H200 loaded 8.49 GiB of Llama-3-8B, not all-fp8's 7.48
+    return WeightBytes(1 if quantization == "fp8" else model, model)
+
+
+def kv_bytes(kv_cache_dtype, dtype) -> float:
+    # "auto" is the model's dtype, whatever the weights were quantized to
+    unset = not isinstance(kv_cache_dtype, str) or kv_cache_dtype == "auto"  # None or a missing fact too
+    return dtype_bytes(dtype if unset else kv_cache_dtype)

@@ -1,0 +1,147 @@
+"""The physical limit of the hardware a result ran on: peak memory bandwidth and FLOP/s, and roofline floors.
+
+decode step >= (weight bytes + KV bytes read) / memory bandwidth   (bytes per element: see precision.py)
+prefill     >= 2 * matmul parameters * prompt tokens / peak FLOP/s
+GPU peaks come from a table of datasheet figures (dense, no sparsity); a CPU's are measured here with
+NumPy (a large array copy and an fp32 matmul), which is honest but conservative. Both can be overridden.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from labkit.spec.models import ModelShape
+from labkit.analyze import precision
+from labkit.analyze.precision import WeightBytes
+
+# name substring (lower case) -> (memory bandwidth GB/s, dense bf16 TFLOP/s); datasheet values.
+GPU_PEAKS = {
+    "h200": (4800, 989),
+    "gh200": (4000, 989),
+    "h100 nvl": (3900, 835),
+    "h100 pcie": (2000, 756),
+    "h100": (3350, 989),
+    "h20": (4000, 148),
+    "b200": (8000, 2250),
+    "a100-sxm4-80gb": (2039, 312),
+    "a100 80gb pcie": (1935, 312),
+    "a100": (1555, 312),
+    "l40s": (864, 362),
+    "l40": (864, 181),
+    "l4": (300, 121),
+    "a10g": (600, 70),
+    "a10": (600, 125),
+    "rtx 4090": (1008, 165),
+    "rtx 3090": (936, 71),
+    "t4": (320, 65),
+}
+
+
+@dataclass(frozen=True)
+class Peaks:
+    device: str
+    mem_bw_gbs: float
+    tflops: float
+    source: str  # "datasheet table", "measured with NumPy" or "given"
+
+
+def gpu_peaks(name: str) -> Peaks | None:
+    lowered = name.lower()
+    for key in sorted(GPU_PEAKS, key=len, reverse=True):  # most specific name first
+        if key in lowered:
+            bw, tf = GPU_PEAKS[key]
+            return Peaks(name, bw, tf, "datasheet table")
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
+    """Best-of-N array copy (read + write bytes) and fp32 matmul on this CPU."""
+    from labkit.measure.environment import cpu_model
+
+    src = np.ones(size_mib * 2**20 // 8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    bw = 2 * src.nbytes / best / 1e9
+    n = 1024
+    a = np.ones((n, n), np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - t)
+    return Peaks(cpu_model(), round(bw, 1), round(2 * n**3 / best / 1e12, 3), "measured with NumPy")
+
+
+def detect_peaks(mem_bw_gbs: float | None = None, tflops: float | None = None) -> Peaks:
+    """Peaks of the first GPU (or the CPU); pass both numbers to override."""
+    from labkit.measure.platform import current_platform
+
+    if mem_bw_gbs and tflops:
+        return Peaks("given", mem_bw_gbs, tflops, "given")
+    platform = current_platform()
+    found = gpu_peaks(platform.gpu_names[0]) if platform.gpu_names else None
+    found = found or measure_cpu_peaks()
+    return Peaks(found.device, mem_bw_gbs or found.mem_bw_gbs, tflops or found.tflops,
+                 found.source if not (mem_bw_gbs or tflops) else found.source + " (partly given)")
+
+
+def decode_step_bytes(shape: ModelShape, batch: float, context_tokens: float,
+                      weight_bytes: float | WeightBytes = 2, kv_bytes: float = 2) -> float:
+    """One decode step reads the weights once (of the input embedding, one row per sequence) and each
+    sequence's KV cache. A number of weight bytes applies to every weight; WeightBytes splits them."""
+    weights = WeightBytes.of(weight_bytes).read(shape, batch)
+    return weights + batch * context_tokens * shape.kv_bytes_per_token(kv_bytes)
+
+
+def decode_step_floor_s(shape: ModelShape, peaks: Peaks, batch: float, context_tokens: float,
+                        weight_bytes: float | WeightBytes = 2, kv_bytes: float = 2) -> float:
+    """The bandwidth floor of one decode step, or its compute floor at a batch large enough."""
+    read = decode_step_bytes(shape, batch, context_tokens, weight_bytes, kv_bytes)
+    compute = 2 * shape.matmul_params * batch / (peaks.tflops * 1e12)
+    return max(read / (peaks.mem_bw_gbs * 1e9), compute)
+
+
+def prefill_floor_s(shape: ModelShape, peaks: Peaks, tokens: float,
+                    weight_bytes: float | WeightBytes = 2) -> float:
+    compute = 2 * shape.matmul_params * tokens / (peaks.tflops * 1e12)
+    return max(compute, WeightBytes.of(weight_bytes).read(shape, tokens) / (peaks.mem_bw_gbs * 1e9))
+
+
+def roofline_table(results, peaks: Peaks | None = None) -> pd.DataFrame:
+    """Per arm: observed TPOT and TTFT against their physical floors, as % of the limit reached.
+
+    The decode floor uses the batch that was really decoding (Little's law: output tok/s x mean TPOT)
+    and the mean context (prompt + half the output). 100 % means at the limit.
+    """
+    peaks = peaks or detect_peaks()
+    if not results.spec.get("shape"):
+        return pd.DataFrame()  # a hub model whose shape is unknown offline
+    shape = ModelShape(**results.spec["shape"])
+    rows = []
+    for arm in results.complete_arms:
+        facts = results.arms.set_index("arm").loc[arm]
+        wbytes = precision.weight_bytes(facts.get("dtype"), facts.get("quantization"))
+        kvbytes = precision.kv_bytes(facts.get("kv_cache_dtype"), facts.get("dtype"))
+        req = results.requests[results.requests.arm == arm]
+        trials = results.trials[results.trials.arm == arm]
+        tpot_s = np.nanmean(req.tpot_ms) / 1e3
+        batch = max(1.0, trials.output_tok_s.mean() * tpot_s)
+        context = req.prompt_tokens.mean() + req.output_tokens.mean() / 2
+        decode_floor = decode_step_floor_s(shape, peaks, batch, context, wbytes, kvbytes)
+        ttft_floor = prefill_floor_s(shape, peaks, req.prompt_tokens.mean(), wbytes)
+        rows.append({"arm": arm, "decoding_batch": batch, "tpot_mean_ms": tpot_s * 1e3,
+                     "tpot_floor_ms": decode_floor * 1e3, "tpot_pct_of_limit": 100 * decode_floor / tpot_s,
+                     "ttft_p50_ms": float(np.nanmedian(req.ttft_ms)), "ttft_floor_ms": ttft_floor * 1e3,
+                     "ttft_pct_of_limit": 100 * ttft_floor * 1e3 / float(np.nanmedian(req.ttft_ms)),
+                     "peaks": f"{peaks.device}: {peaks.mem_bw_gbs:g} GB/s, {peaks.tflops:g} TFLOP/s ({peaks.source})"})
+    return pd.DataFrame(rows)
+

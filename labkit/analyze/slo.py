@@ -1,0 +1,156 @@
+"""The largest batch your SLO allows, found with as few engine starts as an ordered search allows.
+
+Latency grows with the batch (more sequences share each step), so on an ordered grid of max_num_seqs the
+values that meet an SLO form a prefix. A binary search finds its end in about log2(grid) engine starts;
+each start is expensive, so every measurement is kept and reused. A point meets the SLOs only when the
+upper end of each metric's confidence interval is within its limit (noise counts against the setting),
+and the answer backs off one notch from the largest meeting value, for headroom.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from labkit.errors import BadParameter
+from labkit.analyze.stats import METRICS, metric
+
+Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low, ci_high)
+
+
+@dataclass
+class SloResult:
+    answer: int | None  # the recommended setting (None: nothing meets the SLOs)
+    largest_meeting: int | None
+    engine_starts: int
+    binding_constraint: str | None  # the metric that fails first above the largest meeting value
+    measured: dict[int, Measurement] = field(default_factory=dict)
+    note: str = ""
+    from_store: int = 0  # settings the search read from results already stored: no engine started for them
+
+    def sentence(self, knob: str = "max_num_seqs") -> str:
+        starts = f"{self.engine_starts} engine starts" + (
+            f" and {self.from_store} settings read from the store" if self.from_store else "")
+        if self.answer is None:
+            return f"no {knob} on the grid meets the SLOs ({self.note}); {starts}"
+        return (f"{knob}={self.answer} (largest meeting: {self.largest_meeting}, backed off one notch); "
+                f"binding constraint: {self.binding_constraint or 'none within the grid'}; "
+                f"{starts}" + (f"; {self.note}" if self.note else ""))
+
+
+def check_slos(slos: dict[str, float]) -> None:
+    if not slos:
+        raise BadParameter("give at least one SLO, e.g. {'tbt_p99_ms': 50}")
+    for name, limit in slos.items():
+        if not metric(name).lower_is_better:
+            raise BadParameter(f"{name} is not a latency (higher is better); SLOs are upper limits on latencies, "
+                               f"e.g. {[m for m in METRICS if m.endswith('_ms')][:4]}")
+        if not limit > 0:
+            raise BadParameter(f"SLO {name} must be a positive limit, got {limit!r}")
+
+
+def violations(measurement: Measurement, slos: dict[str, float]) -> list[str]:
+    """The SLOs this measurement does not clearly meet (its CI's upper end is over the limit)."""
+    return [name for name, limit in slos.items() if not measurement[name][2] <= limit]
+
+
+def search(evaluate: Callable[[int], Measurement], grid: list[int], slos: dict[str, float]) -> SloResult:
+    check_slos(slos)
+    grid = sorted(set(grid))
+    if not grid or any(not isinstance(v, int) or v < 1 for v in grid):
+        raise BadParameter(f"the grid must hold positive integers, got {grid!r}")
+    measured: dict[int, Measurement] = {}
+
+    def fails(index: int) -> list[str]:
+        value = grid[index]
+        if value not in measured:
+            measured[value] = evaluate(value)
+        return violations(measured[value], slos)
+
+    lo, hi = 0, len(grid) - 1  # invariant: every index < lo meets, every index > hi fails
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fails(mid):
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    last_meeting = hi  # -1 when even the smallest setting fails
+    starts = len(measured)
+    if last_meeting < 0:
+        return SloResult(None, None, starts, ", ".join(fails(0)), measured,
+                         f"{grid[0]} already violates {', '.join(fails(0))}")
+    binding = ", ".join(fails(last_meeting + 1)) if last_meeting + 1 < len(grid) else None
+    note = "" if binding else "even the largest grid value meets the SLOs: extend the grid"
+    answer = grid[max(0, last_meeting - 1)]
+    return SloResult(answer, grid[last_meeting], starts, binding, measured, note)
+
+
+def goodput(requests, slos: dict[str, float], duration_s: float) -> float:
+    """Requests per second that met every per-request SLO (TTFT, TPOT, E2E, and TBT as the request's own
+    P99 gap): throughput that users experienced as good."""
+    ok = np.ones(len(requests), dtype=bool)
+    for name, limit in slos.items():
+        m = metric(name)
+        if m.level == "token":
+            per_request = requests[m.column].map(
+                lambda gaps: np.percentile(gaps, m.percentile or 50) if len(gaps) else 0.0)
+        else:
+            per_request = requests[m.column]
+        ok &= (per_request <= limit).to_numpy()
+    return float(ok.sum() / duration_s) if duration_s > 0 else float("nan")
+
+
+def search_max_num_seqs(experiment, grid: list[int], slos: dict[str, float], arm_name=lambda v: f"max_num_seqs={v}",
+                        progress: bool = True) -> SloResult:
+    """Run the search on a labkit Experiment whose arms include `arm_name(v)` for each grid value; each
+    evaluation measures one arm (one engine start) unless the store already holds it."""
+    from labkit.analyze.stats import summarize
+
+    check_slos(slos)
+    missing = [arm_name(v) for v in grid if arm_name(v) not in experiment.arms]
+    if missing:
+        raise BadParameter(f"the experiment has no arms {missing} for the grid")
+
+    stored = set()
+
+    def evaluate(value: int) -> Measurement:
+        arm = arm_name(value)
+        if experiment.store.completed_spec(arm) is not None:
+            stored.add(value)
+        results = experiment.run(progress=progress, only=[arm])
+        if arm not in results.complete_arms:  # a failed engine meets no SLO
+            return {name: (np.nan, np.nan, np.nan) for name in slos}
+        table = summarize(results, list(slos)).set_index(["arm", "metric"])
+        return {name: tuple(table.loc[(arm, name), ["value", "ci_low", "ci_high"]]) for name in slos}
+    result = search(evaluate, grid, slos)
+    return replace(result, engine_starts=result.engine_starts - len(stored), from_store=len(stored))
+
+
+def goodput_by_arm(results, slos: dict[str, float]) -> "pd.DataFrame":
+    """Per arm: mean request throughput and goodput (requests/s within every SLO) over the trials."""
+    import pandas as pd
+
+    rows = []
+    for arm in results.complete_arms:
+        trials = results.trials[results.trials.arm == arm]
+        req = results.requests[results.requests.arm == arm]
+        good = [goodput(req[req.trial == t.trial], slos, t.duration_s) for t in trials.itertuples()]
+        rows.append({"arm": arm, "request_s": trials.request_s.mean(), "goodput_request_s": float(np.mean(good))})
+    return pd.DataFrame(rows)
+
+
+def preemption_onset(results, arms: dict[str, int], footprint_tokens: int) -> dict:
+    """Predicted vs observed: the smallest batch whose full-length requests (prompt + output) need more
+    KV blocks than the pool holds, against the smallest measured batch that really preempted."""
+    facts = results.arms.set_index("arm")
+    done = [a for a in arms if a in results.complete_arms]
+    if not done:
+        return {"predicted_onset": None, "observed_onset": None}
+    blocks, block_size = facts.loc[done[0], "kv_cache_blocks"], facts.loc[done[0], "block_size"]
+    per_request = int(np.ceil(footprint_tokens / block_size))
+    fits = int(blocks // per_request)
+    preempted = results.trials.groupby("arm").preemptions.sum()
+    observed = min((arms[a] for a in done if preempted.get(a, 0) > 0), default=None)
+    return {"kv_cache_blocks": int(blocks), "block_size": int(block_size), "blocks_per_request": per_request,
+            "requests_that_fit": fits, "predicted_onset": fits + 1, "observed_onset": observed}

@@ -1,0 +1,273 @@
+"""Summaries with bootstrap confidence intervals, and A/B comparisons with a plain verdict.
+
+Requests within a trial share that trial's conditions, so request- and token-level statistics use a
+two-level (cluster) bootstrap: resample trials, then values within each chosen trial. With one trial
+it falls back to resampling values. Trial-level metrics (throughput) resample trials.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from labkit.errors import BadParameter
+
+N_BOOT = 1000
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    level: str  # "trial", "request" or "token"
+    column: str
+    percentile: float | None  # None: the mean
+    lower_is_better: bool
+    meaning: str
+
+
+def _metrics() -> dict[str, Metric]:
+    out = {}
+    for name, column, meaning in (("output_tok_s", "output_tok_s", "output tokens per second"),
+                                  ("total_tok_s", "total_tok_s", "prompt + output tokens per second"),
+                                  ("request_s", "request_s", "completed requests per second")):
+        out[name] = Metric(name, "trial", column, None, False, meaning)
+    out["preemptions"] = Metric("preemptions", "trial", "preemptions", None, True, "preemptions per trial")
+    out["kv_usage_peak_pct"] = Metric("kv_usage_peak_pct", "trial", "kv_usage_peak_pct", None, True,
+                                      "peak KV-cache usage, % of the pool")
+    for prefix, level, column, meaning in (("ttft", "request", "ttft_ms", "time to first token"),
+                                           ("tpot", "request", "tpot_ms", "time per output token after the first"),
+                                           ("e2e", "request", "e2e_ms", "request latency, end to end"),
+                                           ("tbt", "token", "itl_ms", "gap between consecutive tokens")):
+        out[f"{prefix}_mean_ms"] = Metric(f"{prefix}_mean_ms", level, column, None, True, f"mean {meaning}")
+        for q in (50, 90, 99):
+            out[f"{prefix}_p{q}_ms"] = Metric(f"{prefix}_p{q}_ms", level, column, q, True, f"P{q} {meaning}")
+    return out
+
+
+METRICS = _metrics()
+# The default views, named once: a summary shows throughput and the latencies users feel; a verdict (an A/B,
+# a baseline comparison, a report) judges throughput, the tail of TTFT and TBT, and the typical TPOT.
+SUMMARY_METRICS = ["output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+VERDICT_METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+
+
+def metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise BadParameter(f"unknown metric {name!r}; known: {sorted(METRICS)}")
+    return METRICS[name]
+
+
+def groups(results, arm: str, m: Metric) -> list[np.ndarray]:
+    """The metric's raw values for one arm, one array per trial."""
+    if len(getattr(results, "loads", [])) > 1:
+        raise BadParameter(f"these results hold several loads {results.loads}: pick one with "
+                           "results.select(load) so that like is compared with like")
+    if m.level == "trial":
+        frame = results.trials[results.trials.arm == arm]
+        return [frame[m.column].to_numpy(float)] if len(frame) else []
+    frame = results.requests[results.requests.arm == arm]
+    out = []
+    for _, trial in frame.groupby("trial"):
+        values = (np.concatenate([np.asarray(v, float) for v in trial[m.column]]) if m.level == "token"
+                  else trial[m.column].to_numpy(float))
+        values = values[~np.isnan(values)]
+        if len(values):
+            out.append(values)
+    return out
+
+
+def _stat(values: np.ndarray, m: Metric) -> float:
+    if not len(values):
+        return float("nan")
+    return float(np.mean(values) if m.percentile is None else np.percentile(values, m.percentile))
+
+
+def replicates(data: list[np.ndarray], m: Metric, n_boot: int = N_BOOT, seed: int = 0) -> np.ndarray:
+    """Bootstrap replicates of the statistic (two-level for request/token metrics)."""
+    rng = np.random.default_rng(seed)
+    if not data:
+        return np.full(n_boot, np.nan)
+    if m.level == "trial":
+        values = data[0]
+        idx = rng.integers(0, len(values), size=(n_boot, len(values)))
+        return values[idx].mean(axis=1)
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        chosen = [data[i] for i in rng.integers(0, len(data), len(data))] if len(data) > 1 else data
+        sample = np.concatenate([g[rng.integers(0, len(g), len(g))] for g in chosen])
+        out[b] = _stat(sample, m)
+    return out
+
+
+def point(data: list[np.ndarray], m: Metric) -> float:
+    return _stat(np.concatenate(data), m) if data else float("nan")
+
+
+def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
+    """One row per arm and metric: the value and its confidence interval."""
+    names = metrics or SUMMARY_METRICS
+    alpha = (1 - confidence) / 2
+    rows = []
+    for arm in results.complete_arms:
+        for name in names:
+            m = metric(name)
+            data = groups(results, arm, m)
+            reps = replicates(data, m)
+            rows.append({"arm": arm, "metric": name, "value": point(data, m),
+                         "ci_low": float(np.nanquantile(reps, alpha)), "ci_high": float(np.nanquantile(reps, 1 - alpha)),
+                         "trials": int(sum(len(g) for g in data)) if m.level == "trial" else len(data),
+                         "n": int(sum(len(g) for g in data))})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: str
+    baseline: float
+    candidate: float
+    rel_change: float  # candidate / baseline - 1
+    ci_low: float
+    ci_high: float
+    verdict: str  # "better", "worse", "no detectable difference" or "too few trials"
+    threshold: float = 0.0  # the smallest change that counted
+
+    def sentence(self) -> str:
+        verdict = self.verdict
+        if verdict == "no detectable difference" and self.threshold and (self.ci_low > 0 or self.ci_high < 0):
+            # the CI excludes no change, but not the band within the threshold: say so, not "no difference"
+            verdict += f" beyond +/-{self.threshold:.0%}"
+        return (f"{self.metric}: {self.baseline:.4g} -> {self.candidate:.4g} ({self.rel_change:+.1%}, "
+                f"95% CI {self.ci_low:+.1%} to {self.ci_high:+.1%}): {verdict}")
+
+
+def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, threshold: float = 0.0,
+                   confidence: float = 0.95) -> Comparison:
+    """Relative change of candidate vs baseline, its CI, and a verdict.
+
+    A change counts only when the whole CI lies beyond `threshold` (a practical minimum, e.g. 0.05 for
+    "more than 5 %"); otherwise the difference is not detectable at this noise.
+    """
+    a, b = point(base, m), point(cand, m)
+    if m.level == "trial" and min(sum(len(g) for g in base), sum(len(g) for g in cand)) < 2:
+        # one trial-level value has no spread to compare against: its "interval" would have zero width
+        return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), float("nan"), float("nan"),
+                          "too few trials")
+    rel = replicates(cand, m, seed=2) / replicates(base, m, seed=1) - 1
+    alpha = (1 - confidence) / 2
+    low, high = float(np.nanquantile(rel, alpha)), float(np.nanquantile(rel, 1 - alpha))
+    return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), low, high, verdict(low, high, m, threshold),
+                      threshold)
+
+
+def verdict(low: float, high: float, m: Metric, threshold: float = 0.0) -> str:
+    """The verdict of a relative change's interval: it counts only when all of it lies beyond `threshold`."""
+    if low > threshold:
+        direction = "higher"
+    elif high < -threshold:
+        direction = "lower"
+    else:
+        return "no detectable difference"
+    return "worse" if (direction == "higher") == m.lower_is_better else "better"
+
+
+# two-sided 95 % quantiles of Student's t for 1..10 degrees of freedom; beyond, the Cornish-Fisher expansion
+# around the normal quantile is within 0.001 of them
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+
+
+def t_quantile(df: int) -> float:
+    """Student's t 97.5 % quantile: the half-width factor of a 95 % interval from `df` degrees of freedom."""
+    if df < 1:
+        raise ValueError("a t interval needs at least one degree of freedom (two values)")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
+
+
+def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, threshold: float = 0.0) -> Comparison:
+    for arm in (baseline_arm, candidate_arm):
+        if arm not in results.complete_arms:
+            raise BadParameter(f"arm {arm!r} has no complete results; complete arms: {results.complete_arms}")
+    m = metric(metric_name)
+    return compare_groups(groups(results, baseline_arm, m), groups(results, candidate_arm, m), m, threshold)
+
+
+def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None, threshold: float = 0.0) -> pd.DataFrame:
+    """Every other complete arm against the baseline arm, one row per arm and metric."""
+    names = metrics or VERDICT_METRICS
+    rows = []
+    for arm in results.complete_arms:
+        if arm == baseline_arm:
+            continue
+        for name in names:
+            c = compare(results, baseline_arm, arm, name, threshold)
+            rows.append({"arm": arm, "vs": baseline_arm, **c.__dict__})
+    return pd.DataFrame(rows)
+
+
+def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
+    """The record a team files: per load, arm and metric the value with its CI, and the change against
+    the baseline arm with its CI and verdict."""
+    rows = []
+    for load, part in results.per_load():
+        summary = summarize(part, metrics)
+        for row in summary.itertuples():
+            entry = {"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,
+                     "ci_low": row.ci_low, "ci_high": row.ci_high}
+            if row.arm != baseline_arm and baseline_arm in part.complete_arms:
+                c = compare(part, baseline_arm, row.arm, row.metric, threshold)
+                entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict)
+            rows.append(entry)
+    return pd.DataFrame(rows)
+
+
+def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
+    """One line: which arm, if any, beats the baseline without losing on any metric."""
+    others = record.dropna(subset=["verdict"]) if "verdict" in record else record.iloc[0:0]
+    if others.empty:
+        return f"only {baseline_arm!r} was measured: nothing to compare"
+    lines = []
+    for arm, part in others.groupby("arm", sort=False):
+        better = sorted(set(part.loc[part.verdict == "better", "metric"]))
+        worse = sorted(set(part.loc[part.verdict == "worse", "metric"]))
+        if better and not worse:
+            lines.append(f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing: consider it")
+        elif worse and not better:
+            lines.append(f"{arm} is worse on {', '.join(worse)}: keep {baseline_arm}")
+        elif better:
+            lines.append(f"{arm} trades {', '.join(worse)} for {', '.join(better)}: choose by your SLO")
+        else:
+            lines.append(f"{arm}: no detectable difference from {baseline_arm} at this noise: keep {baseline_arm}")
+    return "; ".join(lines)
+
+
+def stepwise_contributions(results, metric_name: str, path: list[str]) -> pd.DataFrame:
+    """How much of the change from path[0] to path[-1] each step explains (e.g. eager -> compile only ->
+    compile + graphs: the share of the gap due to torch.compile and to CUDA graphs)."""
+    m = metric(metric_name)
+    values = [point(groups(results, arm, m), m) for arm in path]
+    total = values[-1] - values[0]
+    return pd.DataFrame([{"step": f"{a} -> {b}", metric_name: vb - va,
+                          "share_of_total_pct": 100 * (vb - va) / total if total else float("nan")}
+                         for a, b, va, vb in zip(path, path[1:], values, values[1:])])
+
+
+def ranking(results, metric_name: str) -> pd.DataFrame:
+    """Arms ordered best first; each compared with the best, so that ties within noise are called so."""
+    m = metric(metric_name)
+    summary = summarize(results, [metric_name]).sort_values("value", ascending=m.lower_is_better)
+    if summary.empty:
+        return summary
+    best = summary.arm.iloc[0]
+    verdicts = []
+    for arm in summary.arm:
+        if arm == best:
+            verdicts.append("best")
+            continue
+        c = compare(results, best, arm, metric_name)
+        verdicts.append("within noise of the best" if c.verdict == "no detectable difference"
+                        else f"{c.rel_change:+.1%} vs the best ({c.verdict})")
+    return summary.assign(rank=range(1, len(summary) + 1), verdict=verdicts).reset_index(drop=True)

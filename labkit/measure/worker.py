@@ -1,0 +1,125 @@
+"""Inside an arm's worker process: start the engine with the deployment's usage context, record what vLLM
+resolved, warm up, run the timed trials of every load, an optional profiler window, and write the results
+into the arm's private folder. Errors are written down, never raised: the parent classifies them."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.files import write_json_atomic
+from labkit.measure.environment import tuning_variables
+
+
+@dataclass
+class ArmJob:
+    """Everything a worker needs, as plain data (it crosses a spawn boundary)."""
+
+    arm: str
+    engine_args: dict
+    workloads: dict  # load name -> Workload.to_dict()
+    protocol: dict
+    vocab_size: int
+    platform_kind: str
+    context: str = "serve"  # the deployment's usage context (labkit.spec.launch.CONTEXTS)
+    user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
+
+
+def worker_main(job: dict, workdir: str) -> None:
+    os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
+    # The user's tuning variables, read before vLLM's import sets its own (the CPU platform sets several).
+    job["user_variables"] = tuning_variables()
+    out = Path(workdir)
+    log = open(out / "engine.log", "ab", buffering=0)
+    os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors
+    os.dup2(log.fileno(), 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    try:
+        asyncio.run(_measure(ArmJob(**job), out))
+    except BaseException as exc:  # recorded, never raised: the parent classifies it from the log
+        traceback.print_exc()
+        write_json_atomic(out / "result.json", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"})
+        sys.stdout.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)  # engine teardown threads must not hold the process open after results are safe
+
+
+def _progress(out: Path, **event) -> None:
+    with open(out / "progress.jsonl", "a") as f:
+        f.write(json.dumps(event) + "\n")
+
+
+def _profiler_config(directory: Path):
+    """vLLM's own torch-profiler hook (engine argument `profiler_config`, in 0.26 and 0.32); Python stacks
+    and the frontend trace are left out: they multiply the trace size and the stop time."""
+    from vllm.config import ProfilerConfig
+
+    wanted = {"profiler": "torch", "torch_profiler_dir": str(directory.resolve()),
+              "torch_profiler_with_stack": False, "ignore_frontend": True}
+    fields = set(getattr(ProfilerConfig, "__dataclass_fields__", {})) or set(wanted)
+    return ProfilerConfig(**{k: v for k, v in wanted.items() if k in fields})
+
+
+async def _measure(job: ArmJob, out: Path) -> None:
+    import pandas as pd
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from labkit.measure.environment import fingerprint
+    from labkit.spec.launch import engine_launch
+    from labkit.analyze.profiling import find_traces
+    from labkit.measure.resolved import resolve
+    from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
+    from labkit.spec.protocol import Protocol
+    from labkit.spec.workload import Workload
+
+    protocol = Protocol(**job.protocol)
+    engine_args = dict(job.engine_args)
+    if protocol.profile_requests:
+        engine_args["profiler_config"] = _profiler_config(out / "profile")
+    args, usage_context = engine_launch(engine_args, job.context)
+    _progress(out, stage="starting engine")
+    started = time.perf_counter()
+    engine = AsyncLLM.from_engine_args(args, usage_context=usage_context)
+    init_s = time.perf_counter() - started
+    try:
+        sys.stdout.flush()
+        facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
+        sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
+        facts.update(init_s=init_s, context=job.context, usage_context=usage_context.name, sampling=sampling)
+        rows, trials = [], []
+        for index, (load, spec) in enumerate(job.workloads.items()):
+            workload = Workload.from_dict(spec)  # a Workload or a Mix
+            _progress(out, stage=f"warm-up {load}")
+            await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
+                          sampling, load_index=index)
+            for trial in range(protocol.trials):
+                trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index)
+                rows += [{**row, "load": load} for row in trial_rows]
+                trials.append({**summary, "load": load})
+                _progress(out, stage="trial", trial=trial, load=load)
+        if protocol.profile_requests:
+            _progress(out, stage="profiling")
+            first = Workload.from_dict(next(iter(job.workloads.values())))  # a Workload or a Mix
+            facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests,
+                                                           sampling)
+            traces = find_traces(out / "profile")
+            facts["profile_trace"] = str(traces[0].relative_to(out)) if traces else None
+        pd.DataFrame(rows).to_parquet(out / "requests.parquet")
+        pd.DataFrame(trials).to_parquet(out / "trials.parquet")
+        environment = fingerprint()
+        environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
+                                      if k not in job.user_variables}
+        environment["tuning_variables"] = job.user_variables
+        write_json_atomic(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})
+    finally:
+        try:
+            engine.shutdown()
+        except Exception:  # results are already safe on disk; a noisy teardown changes nothing
+            traceback.print_exc()

@@ -1,0 +1,1 @@
+"""Showing results: plots and the suite's HTML report. Like analyze, never starts an engine."""

@@ -1,0 +1,121 @@
+"""Plots: pure functions of stored results (never of live engines), returning matplotlib figures."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use(matplotlib.get_backend())  # respect the notebook's inline backend; Agg when headless
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from labkit.analyze.stats import METRICS, summarize
+
+
+def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFrame | None = None):
+    """One panel per metric: each arm's value with its 95 % confidence interval."""
+    summary = summary if summary is not None else summarize(results, metrics)
+    names = list(dict.fromkeys(summary.metric))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
+    palette = sns.color_palette("colorblind", summary.arm.nunique())
+    for ax, name in zip(axes[0], names):
+        part = summary[summary.metric == name]
+        x = np.arange(len(part))
+        err = np.vstack([part.value - part.ci_low, part.ci_high - part.value])
+        ax.bar(x, part.value, yerr=err, capsize=4, color=palette[:len(part)])
+        ax.set_xticks(x, part.arm, rotation=30, ha="right")
+        better = "lower is better" if METRICS[name].lower_is_better else "higher is better"
+        ax.set_title(f"{name}\n({better})", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def latency_cdf(results, column: str = "ttft_ms"):
+    """Cumulative distribution of a per-request latency (or of every inter-token gap with 'itl_ms')."""
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for arm in results.complete_arms:
+        frame = results.requests[results.requests.arm == arm]
+        values = (np.concatenate([np.asarray(v, float) for v in frame[column]]) if column == "itl_ms"
+                  else frame[column].to_numpy(float))
+        values = np.sort(values[~np.isnan(values)])
+        if len(values):
+            ax.plot(values, np.arange(1, len(values) + 1) / len(values), label=arm)
+    ax.set_xlabel(column.replace("_ms", " (ms)"))
+    ax.set_ylabel("fraction of " + ("tokens" if column == "itl_ms" else "requests"))
+    ax.set_xscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
+    """One line per arm across the loads (e.g. TPOT against concurrency): cliffs show as jumps."""
+    loads = loads or results.loads
+    rows = []
+    for load in loads:
+        part = summarize(results.select(load), [metric_name])
+        rows.append(part.assign(load=load))
+    frame = pd.concat(rows)
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for arm, part in frame.groupby("arm", sort=False):
+        x = [loads.index(load) for load in part.load]
+        ax.errorbar(x, part.value, yerr=[part.value - part.ci_low, part.ci_high - part.value], marker="o",
+                    capsize=3, label=arm)
+    ax.set_xticks(range(len(loads)), loads)
+    ax.set_ylabel(metric_name)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: float | None = None):
+    """Throughput against tail latency, one point per batch setting; preempting settings in red."""
+    summary = summarize(results, ["output_tok_s", x]).pivot(index="arm", columns="metric", values="value")
+    preempted = results.trials.groupby("arm").preemptions.sum()
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for arm, batch in arms.items():
+        if arm not in summary.index:
+            continue
+        hot = preempted.get(arm, 0) > 0
+        ax.scatter(summary.loc[arm, x], summary.loc[arm, "output_tok_s"], color="tab:red" if hot else "tab:blue",
+                   marker="x" if hot else "o")
+        ax.annotate(str(batch), (summary.loc[arm, x], summary.loc[arm, "output_tok_s"]), fontsize=8,
+                    xytext=(4, 2), textcoords="offset points")
+    if slo:
+        ax.axvline(slo, color="gray", linestyle="--", label=f"SLO {x} = {slo:g}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel(x)
+    ax.set_ylabel("output tok/s")
+    ax.set_title("batch triangle (x: preemptions)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def tbt_timeline(results, arm: str, trial: int = 0):
+    """Every stream gap on the trial's clock, with the long prompts' prefill windows shaded."""
+    from labkit.analyze.interference import prefill_windows, stream_gaps
+
+    gaps = stream_gaps(results, arm)
+    gaps = gaps[gaps.trial == trial]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for w in prefill_windows(results, arm).query("trial == @trial").itertuples():
+        ax.axvspan(w.start_s, w.end_s, color="tab:orange", alpha=0.25)
+    ax.scatter(gaps.end_s, gaps.gap_ms, s=4, c=np.where(gaps.inside, "tab:red", "tab:blue"))
+    ax.set_xlabel("trial time (s); shaded: a long prompt in prefill")
+    ax.set_ylabel("stream TBT (ms)")
+    ax.set_yscale("log")
+    ax.set_title(arm, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def tradeoff(table: pd.DataFrame, x: str, y: str):
+    """One point per arm: what one side gains, the other pays."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    ax.scatter(table[x], table[y])
+    for row in table.itertuples():
+        ax.annotate(row.arm, (getattr(row, x), getattr(row, y)), fontsize=8, xytext=(4, 2), textcoords="offset points")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,83 @@
+"""One self-contained HTML report per suite run: the verdict table first, then each experiment's plots and
+conclusion. Figures are embedded, so the file can be mailed or attached to a ticket as it is."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from labkit.suite.baseline import caution, experiments, suite_meta
+from labkit.store import load
+
+_STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
+font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}.regression{background:#f8d0d0}
+.improvement{background:#d0f0d0}</style>"""
+
+
+def _figure(fig) -> str:
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _verdict_table(comparison: pd.DataFrame) -> str:
+    if comparison is None or comparison.empty:
+        return "<p>No baseline for this hardware yet: pin this run with <code>labkit baseline RUN</code>.</p>"
+    order = {"regression": 0, "missing in this run": 1, "improvement": 2, "new: no baseline": 3}
+    table = comparison.assign(_o=comparison.verdict.map(order).fillna(9)).sort_values("_o").drop(columns="_o")
+    rows = []
+    for row in table.itertuples(index=False):
+        cells = "".join(f"<td>{'' if pd.isna(v) else html.escape(f'{v:.4g}' if isinstance(v, float) else str(v))}</td>"
+                        for v in row)
+        rows.append(f'<tr class="{row.verdict}">{cells}</tr>')
+    head = "".join(f"<th>{c}</th>" for c in table.columns)
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_diff: pd.DataFrame | None = None,
+                 statuses: list[dict] | None = None, path: str | Path | None = None) -> Path:
+    from labkit.present import plots
+    from labkit.analyze import stats
+
+    run = Path(run)
+    parts = [f"<html><head><meta charset='utf-8'><title>labkit suite {run.name}</title>{_STYLE}</head><body>",
+             f"<h1>Suite run {html.escape(run.name)}</h1>"]
+    overrides = suite_meta(run).get("overrides") if (run / "suite.json").exists() else None
+    if overrides:
+        parts.append(f"<p class='regression'><b>Launch overrides forced onto the arms (a SELECTION: prefix "
+                     f"limits one to those notebooks):</b> "
+                     f"{html.escape(json.dumps(overrides))}</p>")
+    parts.append("<h2>Verdicts against the baseline</h2>")
+    if comparison is not None and (bases := comparison.attrs.get("baselines")):
+        bases = ["/".join(Path(b).parts[-2:]) for b in bases]  # <hardware>/<run>: the same on every checkout
+        replicas = f"; replicates of it: {', '.join(bases[1:])}" if len(bases) > 1 else (
+            "; one run, so the intervals hold the noise within one engine only")
+        parts.append(f"<p>Baseline run: {html.escape(bases[0] + replicas)}</p>")
+    if comparison is not None and (warning := caution(comparison)):
+        parts.append(f"<p class='regression'><b>Caution:</b> {html.escape(warning)}</p>")
+    parts.append(_verdict_table(comparison))
+    if statuses:
+        parts.append("<h2>Notebooks</h2>" + pd.DataFrame(statuses).to_html(index=False))
+    if env_diff is not None and not env_diff.empty:
+        parts.append("<h2>What changed in the environment</h2>" + env_diff.to_html(index=False))
+    for name in experiments(run):
+        results = load(name, run / "results")
+        parts.append(f"<h2>{html.escape(name)}</h2>" + results.facts("cause").to_html(index=False))
+        if not results.complete_arms:
+            continue
+        baseline_arm = results.complete_arms[0]
+        record = stats.ab_record(results, baseline_arm, stats.VERDICT_METRICS)
+        for load_name, part in results.per_load():
+            parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
+            parts.append(_figure(plots.arm_comparison(part, stats.VERDICT_METRICS)))
+            parts.append(f"<p><b>Conclusion:</b> {html.escape(stats.conclusion(record[record.load == load_name], baseline_arm))}</p>")
+    parts.append("</body></html>")
+    path = Path(path or run / "report.html")
+    path.write_text("\n".join(parts))
+    return path

@@ -1,0 +1,203 @@
+"""Named tuning knobs, each mapped to the engine arguments of the installed vLLM on this platform.
+
+A knob is named once here; experiments speak in knobs (`{"max_num_seqs": 32}`), never in raw engine
+arguments. Each knob checks its value and says when it has no meaning on this platform, so a bad arm
+fails before any engine starts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from labkit.errors import BadParameter, NotApplicable
+from labkit.measure.platform import Platform, cpu_ranks_problem
+
+ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
+ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+QUANTIZATIONS = (None, "fp8")
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    meaning: str
+    check: Callable[[Any], str | None]  # returns what is wrong with a value, or None
+    to_args: Callable[[Any, Platform], dict]  # engine arguments; raises NotApplicable
+
+
+def _positive_int(value) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return None if ok else f"must be a positive integer, got {value!r}"
+
+
+def _boolean(value) -> str | None:
+    return None if isinstance(value, bool) else f"must be True or False, got {value!r}"
+
+
+def _sizes(value) -> str | None:
+    ok = (isinstance(value, (list, tuple)) and value
+          and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
+    return None if ok else f"must be a non-empty list of positive batch sizes, got {value!r}"
+
+
+def _one_of(options) -> Callable[[Any], str | None]:
+    return lambda v: None if v in options else f"must be one of {list(options)}, got {v!r}"
+
+
+def _fraction(value) -> str | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+    return None if ok else f"must be a fraction in (0, 1], got {value!r}"
+
+
+def _pass_through(name: str) -> Callable[[Any, Platform], dict]:
+    return lambda value, platform: {name: value}
+
+
+def _cuda_only(what: str, args: Callable[[Any], dict]) -> Callable[[Any, Platform], dict]:
+    def to_args(value, platform: Platform) -> dict:
+        if platform.kind != "cuda":
+            raise NotApplicable(f"{what} needs an NVIDIA GPU; this machine runs vLLM on {platform.kind}")
+        return args(value)
+    return to_args
+
+
+def offered_attention_backends(platform: Platform) -> tuple[str, ...]:
+    """The dense-model attention backends the lab sweeps on this platform."""
+    return ATTENTION_BACKENDS_CUDA if platform.kind == "cuda" else ATTENTION_BACKENDS_CPU
+
+
+def _attention_backend_args(value, platform: Platform) -> dict:
+    offered = offered_attention_backends(platform)
+    if value not in offered:
+        raise NotApplicable(f"attention backend {value} is not offered on {platform.kind}; "
+                            f"this platform offers {list(offered)}")
+    return {"attention_backend": value}
+
+
+def _tensor_parallel_args(value, platform: Platform) -> dict:
+    if value > 1 and platform.kind == "cuda" and value > platform.gpu_count:
+        raise NotApplicable(f"tensor_parallel_size={value} needs {value} GPUs; this machine has "
+                            f"{platform.gpu_count}")
+    if value > 1 and platform.kind == "cpu" and (problem := cpu_ranks_problem(value)):
+        raise NotApplicable(problem)
+    return {"tensor_parallel_size": value}
+
+
+def _data_parallel_args(value, platform: Platform) -> dict:
+    # AsyncLLM (0.26 and 0.32) runs each rank of a dense model as an independent engine on its own
+    # GPUs behind one load-balancing client: replicas, not a split model.
+    if value > 1 and platform.kind == "cpu":
+        raise NotApplicable("data-parallel replicas need one GPU each; this machine runs vLLM on cpu")
+    if value > 1 and value > platform.gpu_count:
+        raise NotApplicable(f"data_parallel_size={value} needs {value} GPUs; this machine has "
+                            f"{platform.gpu_count}")
+    return {"data_parallel_size": value}
+
+
+def _gpus_needed(knobs: dict, platform: Platform) -> str | None:
+    """Every data-parallel replica holds its own tensor-parallel group: tp x dp GPUs in all."""
+    tp, dp = knobs.get("tensor_parallel_size", 1), knobs.get("data_parallel_size", 1)
+    if platform.kind == "cuda" and tp > 1 and dp > 1 and tp * dp > platform.gpu_count:
+        return (f"tensor_parallel_size={tp} x data_parallel_size={dp} needs {tp * dp} GPUs; this machine has "
+                f"{platform.gpu_count}")
+    return None
+
+
+def _quantization_args(value, platform: Platform) -> dict:
+    if value is not None and platform.kind != "cuda":
+        raise NotApplicable(f"{value} weight quantization needs an NVIDIA GPU (Hopper or newer for fp8)")
+    return {"quantization": value}
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in [
+    # Graphs only, compile kept on: the clean A/B for launch overhead.
+    Knob("cuda_graphs", "CUDA graph capture (False: cudagraph_mode NONE, torch.compile kept on)", _boolean,
+         _cuda_only("CUDA graphs", lambda v: {} if v else {"compilation_config": {"cudagraph_mode": "NONE"}})),
+    Knob("cudagraph_capture_sizes", "the batch sizes CUDA graphs are captured for (others run uncaptured or "
+         "padded up)", _sizes,
+         _cuda_only("CUDA graph capture sizes",
+                    lambda v: {"compilation_config": {"cudagraph_capture_sizes": sorted(v)}})),
+    # The confounded switch: turns off torch.compile and CUDA graphs together.
+    Knob("enforce_eager", "run eagerly: no torch.compile, no CUDA graphs", _boolean,
+         _pass_through("enforce_eager")),
+    Knob("attention_backend", "the attention kernel family",
+         _one_of(ATTENTION_BACKENDS_CUDA + ATTENTION_BACKENDS_CPU), _attention_backend_args),
+    Knob("max_num_seqs", "most requests in one scheduler step (the batch size)", _positive_int,
+         _pass_through("max_num_seqs")),
+    Knob("max_num_batched_tokens", "most tokens in one scheduler step (the prefill chunk budget)",
+         _positive_int, _pass_through("max_num_batched_tokens")),
+    Knob("enable_chunked_prefill", "split long prompts across steps so decodes keep flowing", _boolean,
+         _pass_through("enable_chunked_prefill")),
+    Knob("enable_prefix_caching", "reuse the KV cache of shared prompt prefixes", _boolean,
+         _pass_through("enable_prefix_caching")),
+    Knob("gpu_memory_utilization", "share of device memory vLLM may use (on CPU: of the NUMA node, "
+         "for the KV cache)", _fraction, _pass_through("gpu_memory_utilization")),
+    Knob("kv_cache_memory_bytes", "exact KV-cache size in bytes (overrides gpu_memory_utilization)",
+         _positive_int, _pass_through("kv_cache_memory_bytes")),
+    Knob("max_model_len", "longest prompt + output a request may have", _positive_int,
+         _pass_through("max_model_len")),
+    Knob("kv_cache_dtype", "KV-cache element type", _one_of(KV_CACHE_DTYPES), _pass_through("kv_cache_dtype")),
+    Knob("quantization", "weight quantization method (None: the model's dtype)", _one_of(QUANTIZATIONS),
+         _quantization_args),
+    Knob("tensor_parallel_size", "GPUs one model is split across", _positive_int, _tensor_parallel_args),
+    Knob("data_parallel_size", "independent engine replicas, each on its own GPU(s), behind one client",
+         _positive_int, _data_parallel_args),
+    Knob("dtype", "weight and activation dtype", _one_of(DTYPES), _pass_through("dtype")),
+]}
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """What one arm asks of the engine, or why it cannot run here."""
+
+    knobs: dict
+    engine_args: dict = field(default_factory=dict)
+    not_applicable: str | None = None
+
+
+def check_knobs(knobs: dict, where: str = "arm") -> None:
+    """Reject unknown knobs, bad values and contradictory combinations (no engine needed)."""
+    if not isinstance(knobs, dict):
+        raise BadParameter(f"{where}: knobs must be a dict such as {{'max_num_seqs': 32}}, got {knobs!r}")
+    unknown = sorted(set(knobs) - set(KNOBS))
+    if unknown:
+        raise BadParameter(f"{where}: unknown knob(s) {unknown}; known knobs are {sorted(KNOBS)}")
+    for name, value in knobs.items():
+        problem = KNOBS[name].check(value)
+        if problem:
+            raise BadParameter(f"{where}: {name} {problem} ({KNOBS[name].meaning})")
+    if (knobs.get("enforce_eager") or knobs.get("cuda_graphs") is False) and "cudagraph_capture_sizes" in knobs:
+        raise BadParameter(f"{where}: cudagraph_capture_sizes has no effect with CUDA graphs off")
+    if knobs.get("enforce_eager") and knobs.get("cuda_graphs") is True:
+        raise BadParameter(f"{where}: enforce_eager=True already turns CUDA graphs off; "
+                           "drop cuda_graphs=True or enforce_eager=True")
+    if "kv_cache_memory_bytes" in knobs and "gpu_memory_utilization" in knobs:
+        raise BadParameter(f"{where}: set kv_cache_memory_bytes or gpu_memory_utilization, not both "
+                           "(vLLM ignores the second)")
+    if knobs.get("enable_chunked_prefill") is False and {"max_num_batched_tokens", "max_model_len"} <= set(knobs):
+        if knobs["max_num_batched_tokens"] < knobs["max_model_len"]:
+            raise BadParameter(f"{where}: without chunked prefill max_num_batched_tokens "
+                               f"({knobs['max_num_batched_tokens']}) must be >= max_model_len "
+                               f"({knobs['max_model_len']}), or a long prompt can never be scheduled")
+
+
+def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
+    """Check an arm's knobs and translate them; a knob with no meaning here marks the arm not applicable."""
+    check_knobs(knobs, where)
+    too_few = _gpus_needed(knobs, platform)
+    if too_few:
+        return ArmPlan(dict(knobs), {}, too_few)
+    engine_args: dict = {}
+    for name, value in knobs.items():
+        try:
+            args = KNOBS[name].to_args(value, platform)
+        except NotApplicable as reason:
+            return ArmPlan(dict(knobs), {}, f"{name}={value!r}: {reason}")
+        for key, val in args.items():
+            if isinstance(val, dict) and isinstance(engine_args.get(key), dict):
+                engine_args[key] = {**engine_args[key], **val}
+            else:
+                engine_args[key] = val
+    return ArmPlan(dict(knobs), engine_args)

@@ -1,0 +1,135 @@
+"""The deployment context: which vLLM launch an arm stands for, and the defaults vLLM gives it there.
+
+vLLM picks its scheduler defaults (max_num_seqs, max_num_batched_tokens, and through them the CUDA-graph
+capture sizes) by *usage context* and device: `vllm serve` (OPENAI_API_SERVER) and the offline `LLM` class
+(LLM_CLASS) get their own, while an engine built without one (ENGINE_CONTEXT) falls back to values no
+deployment runs (128 / 2048 on an H200, where `vllm serve` applies 1024 / 8192). So every engine the lab
+starts carries the context of the deployment being tuned: an arm with no knobs *is* `vllm serve MODEL`.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+
+from labkit.errors import BadParameter
+from labkit.spec.workload import Burst, Mix
+
+CONTEXTS = {  # the lab's name -> vLLM's UsageContext member, and the launch it stands for
+    "serve": ("OPENAI_API_SERVER", "vllm serve MODEL (the OpenAI-compatible server)"),
+    "offline": ("LLM_CLASS", "vllm.LLM(MODEL).generate(...) (offline batch inference)"),
+}
+DEFAULT_CONTEXT = "serve"
+IMPLIED = ("max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes")
+
+
+def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> None:
+    """An unknown context, or arms and loads no deployment of that context runs, fail before any engine."""
+    if context not in CONTEXTS:
+        choices = "; ".join(f"{name!r}: {what}" for name, (_, what) in CONTEXTS.items())
+        raise BadParameter(f"unknown deployment context {context!r}; choose {choices}")
+    if context != "offline":
+        return
+    for arm, knobs in knobs_by_arm.items():
+        if knobs.get("data_parallel_size", 1) > 1:
+            raise BadParameter(f"arm {arm!r}: the offline LLM class runs no data-parallel replicas (vLLM refuses "
+                               f"LLM(data_parallel_size={knobs['data_parallel_size']})); measure replicas with "
+                               "context='serve', or drop data_parallel_size")
+    for name, load in loads.items():
+        parts = load.parts.values() if isinstance(load, Mix) else [load]
+        if not all(isinstance(part.arrival, Burst) for part in parts):
+            raise BadParameter(f"load {name!r}: the offline LLM class takes its whole batch at once (a Burst); "
+                               "an arrival process (closed loop, rate) is a server's: use context='serve' or "
+                               "arrival=lk.Burst()")
+
+
+def launch_command(context: str, model: str, engine_args: dict) -> str:
+    """The arm as its user would launch it: a `vllm serve` command line, or the offline `LLM(...)` call."""
+    args = {k: v for k, v in engine_args.items() if k != "model"}
+    if context == "offline":
+        listed = "".join(f", {k}={v!r}" for k, v in args.items())
+        return f"LLM(model={model!r}{listed})"
+    words = ["vllm", "serve", model]
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "disable_log_stats" and value is False:
+            continue  # a store-true flag: vllm serve logs its stats unless told otherwise
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict):
+            words += [flag, json.dumps(value)]
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def sizes_text(sizes: list[int]) -> str:
+    """A capture-size list short enough for a table cell: its ends, its count."""
+    if not sizes:
+        return "none"
+    if len(sizes) <= 6:
+        return ", ".join(map(str, sizes))
+    return f"{', '.join(map(str, sizes[:4]))}, ... {sizes[-1]} ({len(sizes)} sizes)"
+
+
+def implied_defaults(context: str, engine_args_by_arm: dict[str, dict], timeout_s: float = 300.0) -> dict[str, dict]:
+    """What vLLM resolves for each arm in this context on this machine (max_num_seqs, max_num_batched_tokens,
+    CUDA-graph capture sizes), from vLLM's own engine configuration, built in a separate process so that
+    neither vLLM's import nor its environment variables reach the caller. No engine starts. An arm vLLM
+    cannot configure here gets {"error": ...}; so does every arm when vLLM is not installed."""
+    job = json.dumps({"context": context, "arms": engine_args_by_arm}, default=str)
+    try:
+        done = subprocess.run([sys.executable, "-m", "labkit.spec.launch"], input=job, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {arm: {"error": f"vLLM took over {timeout_s:.0f} s to resolve the configuration"}
+                for arm in engine_args_by_arm}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {arm: {"error": last} for arm in engine_args_by_arm}
+    return json.loads(lines[-1])
+
+
+def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
+    unknown = sorted(set(engine_args) - supported)
+    if unknown:
+        raise TypeError(f"unexpected keyword: this vLLM has no engine argument(s) {unknown}")
+    return engine_args
+
+
+def engine_launch(engine_args: dict, context: str):
+    """The AsyncEngineArgs and vLLM UsageContext an arm's engine is built from: the deployment's own, so that
+    vLLM resolves the defaults that deployment gets (max_num_seqs, max_num_batched_tokens, capture sizes)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    return (AsyncEngineArgs(**filter_engine_args(dict(engine_args), supported)),
+            getattr(UsageContext, CONTEXTS[context][0]))
+
+
+def _resolve(context: str, engine_args: dict) -> dict:
+    args, usage_context = engine_launch(engine_args, context)  # exactly as the arm's worker builds its engine
+    config = args.create_engine_config(usage_context)
+    sched, compilation = config.scheduler_config, config.compilation_config
+    return {"max_num_seqs": sched.max_num_seqs, "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "cudagraph_capture_sizes": list(compilation.cudagraph_capture_sizes or [])}
+
+
+def _main() -> None:
+    job = json.loads(sys.stdin.read())
+    found = {}
+    for arm, engine_args in job["arms"].items():
+        try:
+            found[arm] = _resolve(job["context"], engine_args)
+        except Exception as exc:  # one arm vLLM refuses does not hide the others
+            found[arm] = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(found), flush=True)
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,213 @@
+"""Synthetic, architecture-shaped models: a config.json plus a generated tokenizer, loaded with dummy weights.
+
+Decode and prefill speed depend on tensor shapes, not on weight values, so an architecture-shaped model
+with `load_format="dummy"` measures the real engine without a model hub. A local model folder or a hub id
+is accepted too; then the real weights are loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from labkit import settings
+from labkit.errors import BadParameter
+
+# Ids below FIRST_TEXT_ID are the special tokens of the generated tokenizer.
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+FIRST_TEXT_ID = 4
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The tensor shapes of a decoder-only transformer: all that speed depends on."""
+
+    name: str
+    architecture: str  # a vLLM model class, e.g. "LlamaForCausalLM"
+    model_type: str  # the Hugging Face config's model_type
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    rope_theta: float = 10000.0
+    extra_config: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
+                     "vocab_size", "max_position_embeddings"):
+            if getattr(self, name) <= 0:
+                raise BadParameter(f"model shape {self.name!r}: {name} must be positive")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise BadParameter(f"model shape {self.name!r}: hidden_size must divide by num_heads, "
+                               "and num_heads by num_kv_heads")
+        if self.vocab_size <= FIRST_TEXT_ID:
+            raise BadParameter(f"model shape {self.name!r}: vocab_size must exceed {FIRST_TEXT_ID}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def linear_params(self) -> int:
+        """The decoder layers' projection weights (q, k, v, o, gate, up, down): what weight quantization
+        such as fp8 shrinks; embeddings, the LM head and the norms keep the model's dtype."""
+        attention = self.hidden_size * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        return self.num_layers * (attention + mlp)
+
+    @property
+    def num_params(self) -> int:
+        h = self.hidden_size
+        norms = (2 * self.num_layers + 1) * h
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.linear_params + embeddings + norms
+
+    @property
+    def matmul_params(self) -> int:
+        """Parameters touched by matmuls per token: every weight except the input embedding lookup."""
+        return self.num_params - self.vocab_size * self.hidden_size * (0 if self.tie_word_embeddings else 1)
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: float = 2) -> float:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
+
+    def hf_config(self) -> dict:
+        config = {
+            "architectures": [self.architecture],
+            "model_type": self.model_type,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_heads,
+            "num_hidden_layers": self.num_layers,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": 1e-5,
+            "hidden_act": "silu",
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "torch_dtype": "bfloat16",
+            "bos_token_id": BOS_ID,
+            "eos_token_id": EOS_ID,
+            "pad_token_id": PAD_ID,
+        }
+        config.update(self.extra_config)
+        return config
+
+    @classmethod
+    def from_hf_config(cls, config: dict, name: str) -> "ModelShape":
+        """The shape of a real model, from its config.json (for the roofline of a local model)."""
+        text = config.get("text_config", config)
+        heads = text["num_attention_heads"]
+        return cls(
+            name=name,
+            architecture=(config.get("architectures") or ["unknown"])[0],
+            model_type=text.get("model_type", "unknown"),
+            hidden_size=text["hidden_size"],
+            num_layers=text["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=text.get("num_key_value_heads", heads),
+            intermediate_size=text["intermediate_size"],
+            vocab_size=text["vocab_size"],
+            max_position_embeddings=text.get("max_position_embeddings", 4096),
+            tie_word_embeddings=bool(text.get("tie_word_embeddings", False)),
+            rope_theta=float(text.get("rope_theta", 10000.0)),
+            extra_config={"rms_norm_eps": text["rms_norm_eps"]} if text.get("rms_norm_eps", 1e-5) != 1e-5 else {},
+        )
+
+
+SHAPES: dict[str, ModelShape] = {s.name: s for s in [
+    # For tests: runs in milliseconds per step on two CPU cores (head_dim 64: the CPU attention kernels need it).
+    ModelShape("tiny-llama", "LlamaForCausalLM", "llama", hidden_size=256, num_layers=2, num_heads=4,
+               num_kv_heads=2, intermediate_size=512, vocab_size=512, max_position_embeddings=4096),
+    # A laptop-sized real-world shape (Qwen2.5-0.5B): 0.5 B parameters, grouped-query attention.
+    ModelShape("qwen2.5-0.5b", "Qwen2ForCausalLM", "qwen2", hidden_size=896, num_layers=24, num_heads=14,
+               num_kv_heads=2, intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
+               tie_word_embeddings=True, rope_theta=1000000.0, extra_config={"rms_norm_eps": 1e-6}),
+    # The GPU default: Llama-3-8B.
+    ModelShape("llama3-8b", "LlamaForCausalLM", "llama", hidden_size=4096, num_layers=32, num_heads=32,
+               num_kv_heads=8, intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192,
+               rope_theta=500000.0),
+]}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """What an engine is given: a model path or hub id, how to load it, and its shape for the roofline."""
+
+    model: str
+    load_format: str
+    shape: ModelShape | None
+    synthetic: bool
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "load_format": self.load_format, "synthetic": self.synthetic,
+                "shape": asdict(self.shape) if self.shape else None}
+
+
+def resolve_model(name_or_path: str, models_dir: str | Path | None = None) -> ModelRef:
+    """A synthetic shape name, a local model folder or a hub id, made ready for an engine."""
+    if name_or_path in SHAPES:
+        shape = SHAPES[name_or_path]
+        path = materialize(shape, models_dir)
+        return ModelRef(str(path), "dummy", shape, synthetic=True)
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        config_file = local / "config.json"
+        if not config_file.exists():
+            raise BadParameter(f"{local} has no config.json: pass a model folder, a hub id or one of "
+                               f"{', '.join(SHAPES)}")
+        shape = ModelShape.from_hf_config(json.loads(config_file.read_text()), local.name)
+        return ModelRef(str(local), "auto", shape, synthetic=False)
+    if "/" in name_or_path and not name_or_path.startswith(("/", ".")):
+        return ModelRef(name_or_path, "auto", None, synthetic=False)  # hub id; its shape is unknown offline
+    raise BadParameter(f"unknown model {name_or_path!r}: use one of {', '.join(SHAPES)}, "
+                       "a local model folder or a hub id such as 'meta-llama/Llama-3.1-8B'")
+
+
+def materialize(shape: ModelShape, models_dir: str | Path | None = None) -> Path:
+    """Write the model folder once (atomically); later calls reuse it while the shape is unchanged."""
+    root = Path(models_dir) if models_dir else settings.current().models_dir
+    config = shape.hf_config()
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    target = root / f"{shape.name}-{digest}"
+    if (target / "tokenizer.json").exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{shape.name}-", dir=root))
+    try:
+        (staging / "config.json").write_text(json.dumps(config, indent=2))
+        (staging / "generation_config.json").write_text(json.dumps(
+            {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}))
+        _write_tokenizer(staging, shape.vocab_size, shape.max_position_embeddings)
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first; theirs is identical
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _write_tokenizer(folder: Path, vocab_size: int, max_len: int) -> None:
+    """A word-level tokenizer whose vocabulary covers every id, so any sampled id decodes."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<pad>": PAD_ID, "<s>": BOS_ID, "</s>": EOS_ID, "<unk>": UNK_ID}
+    vocab.update({f"t{i}": i for i in range(FIRST_TEXT_ID, vocab_size)})
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens(["<pad>", "<s>", "</s>", "<unk>"])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": max_len,
+        "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}",
+    }, indent=2))

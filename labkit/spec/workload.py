@@ -1,0 +1,252 @@
+"""Seeded workloads: prompt/output length distributions, shared prefixes and arrival processes.
+
+Lengths and arrival times come from the workload seed, so every arm and every trial sees the same
+shape of load. Token content is drawn afresh per trial (and for warm-up), so no trial is served from
+the prefix cache of an earlier one; shared prefixes are shared only within a trial, on purpose.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from labkit.errors import BadParameter
+from labkit.spec.models import FIRST_TEXT_ID
+
+
+def _count(value) -> bool:
+    """A whole number of tokens/requests/clients (bool is an int in Python, but never a count)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+# ---- length distributions ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fixed:
+    n: int
+
+    def __post_init__(self):
+        if not _count(self.n) or self.n < 1:
+            raise BadParameter(f"Fixed length must be a positive integer, got {self.n!r}")
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return np.full(count, self.n, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Uniform:
+    low: int
+    high: int  # inclusive
+
+    def __post_init__(self):
+        if not (_count(self.low) and _count(self.high) and 1 <= self.low <= self.high):
+            raise BadParameter(f"Uniform lengths need 1 <= low <= high, got low={self.low}, high={self.high}")
+
+    def sample(self, rng, count):
+        return rng.integers(self.low, self.high + 1, size=count, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """Long-tailed lengths, as real chat and RAG prompts are: median and sigma of the log."""
+
+    median: float
+    sigma: float
+    low: int = 1
+    high: int | None = None
+
+    def __post_init__(self):
+        if self.median < 1 or self.sigma < 0 or self.low < 1 or (self.high is not None and self.high < self.low):
+            raise BadParameter("LogNormal lengths need median >= 1, sigma >= 0 and 1 <= low <= high, got "
+                               f"median={self.median}, sigma={self.sigma}, low={self.low}, high={self.high}")
+
+    def sample(self, rng, count):
+        raw = np.rint(rng.lognormal(np.log(self.median), self.sigma, size=count)).astype(np.int64)
+        return np.clip(raw, self.low, self.high if self.high is not None else None)
+
+
+@dataclass(frozen=True)
+class FromLog:
+    """Lengths resampled from a log of real request lengths (a list, or a file with one number per line)."""
+
+    values: tuple[int, ...]
+
+    def __post_init__(self):
+        if not self.values or min(self.values) < 1:
+            raise BadParameter("FromLog needs a non-empty list of positive lengths")
+
+    @classmethod
+    def read(cls, path: str | Path) -> "FromLog":
+        text = Path(path).read_text().split()
+        try:
+            return cls(tuple(int(float(v)) for v in text))
+        except (ValueError, OverflowError) as exc:
+            raise BadParameter(f"{path}: expected one length per line ({exc})") from None
+
+    def sample(self, rng, count):
+        return rng.choice(np.asarray(self.values, dtype=np.int64), size=count, replace=True)
+
+
+Lengths = Fixed | Uniform | LogNormal | FromLog
+
+
+# ---- arrival processes ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Burst:
+    """Offline: every request submitted at once (throughput-oriented batch jobs)."""
+
+    def offsets(self, rng, count):
+        return None
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """Closed loop: `n` requests in flight, the next sent as one finishes (a fixed pool of clients)."""
+
+    n: int
+
+    def __post_init__(self):
+        if not _count(self.n) or self.n < 1:
+            raise BadParameter(f"Concurrency needs a positive number of clients, got {self.n!r}")
+
+    def offsets(self, rng, count):
+        return None
+
+
+@dataclass(frozen=True)
+class Poisson:
+    """Open loop at `rate` requests/s; burstiness < 1 makes arrivals burstier (gamma intervals)."""
+
+    rate: float
+    burstiness: float = 1.0
+
+    def __post_init__(self):
+        if self.rate <= 0 or self.burstiness <= 0:
+            raise BadParameter(f"Poisson arrivals need rate > 0 and burstiness > 0, got {self.rate}, {self.burstiness}")
+
+    def offsets(self, rng, count):
+        gaps = rng.gamma(self.burstiness, 1.0 / (self.rate * self.burstiness), size=count)
+        gaps[0] = 0.0
+        return np.cumsum(gaps)
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """Open loop at known times: the first request at `first_s`, then one every `interval_s` (injections)."""
+
+    first_s: float
+    interval_s: float
+
+    def __post_init__(self):
+        if self.first_s < 0 or self.interval_s <= 0:
+            raise BadParameter(f"Periodic arrivals need first_s >= 0 and interval_s > 0, got {self.first_s}, "
+                               f"{self.interval_s}")
+
+    def offsets(self, rng, count):
+        return self.first_s + self.interval_s * np.arange(count, dtype=float)
+
+
+Arrival = Burst | Concurrency | Poisson | Periodic
+
+
+# ---- the workload ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    index: int
+    prompt_token_ids: list[int]
+    max_tokens: int
+    arrival_s: float | None  # offset from trial start; None for burst and closed-loop loads
+
+
+@dataclass(frozen=True)
+class Workload:
+    num_requests: int
+    prompt_len: Lengths  # tokens after the shared prefix
+    output_len: Lengths  # generated tokens (exact: EOS is ignored)
+    arrival: Arrival = field(default_factory=Burst)
+    shared_prefix_len: int = 0
+    num_prefixes: int = 1  # distinct shared prefixes, assigned round-robin
+    seed: int = 0
+
+    def __post_init__(self):
+        if not _count(self.num_requests) or self.num_requests < 1:
+            raise BadParameter(f"num_requests must be a positive integer, got {self.num_requests!r}")
+        if not (_count(self.shared_prefix_len) and _count(self.num_prefixes)) \
+                or self.shared_prefix_len < 0 or self.num_prefixes < 1:
+            raise BadParameter("shared_prefix_len must be a whole number >= 0 and num_prefixes one >= 1, got "
+                               f"{self.shared_prefix_len!r} and {self.num_prefixes!r}")
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        rng = np.random.default_rng(self.seed)
+        prompt = self.prompt_len.sample(rng, self.num_requests) + self.shared_prefix_len
+        output = self.output_len.sample(rng, self.num_requests)
+        return prompt, output, self.arrival.offsets(rng, self.num_requests)
+
+    @classmethod
+    def closed_loop(cls, requests: int, prompt_len: int, output_len: int, clients: int) -> "Workload":
+        """Fixed lengths, `clients` requests in flight: the lab's most common load."""
+        return cls(requests, Fixed(prompt_len), Fixed(output_len), Concurrency(clients))
+
+    def longest_request(self) -> int:
+        prompt, output, _ = self.lengths()
+        return int((prompt + output).max())
+
+    def build(self, vocab_size: int, content_seed: int) -> list[Request]:
+        """The requests of one trial; `content_seed` draws fresh token content, lengths stay fixed."""
+        if vocab_size <= FIRST_TEXT_ID + 1:
+            raise BadParameter(f"vocab_size {vocab_size} is too small to draw prompts from")
+        prompt, output, arrivals = self.lengths()
+        rng = np.random.default_rng([self.seed, content_seed])
+        prefixes = rng.integers(FIRST_TEXT_ID, vocab_size, size=(self.num_prefixes, self.shared_prefix_len))
+        requests = []
+        for i in range(self.num_requests):
+            suffix = rng.integers(FIRST_TEXT_ID, vocab_size, size=int(prompt[i]) - self.shared_prefix_len)
+            tokens = np.concatenate([prefixes[i % self.num_prefixes], suffix]).tolist()
+            requests.append(Request(i, tokens, int(output[i]),
+                                    None if arrivals is None else float(arrivals[i])))
+        return requests
+
+    def to_dict(self) -> dict:
+        def describe(obj):
+            return {"kind": type(obj).__name__, **asdict(obj)}
+        return {"num_requests": self.num_requests, "prompt_len": describe(self.prompt_len),
+                "output_len": describe(self.output_len), "arrival": describe(self.arrival),
+                "shared_prefix_len": self.shared_prefix_len, "num_prefixes": self.num_prefixes,
+                "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Workload":
+        if data.get("kind") == "Mix":
+            return Mix({name: cls.from_dict(part) for name, part in data["parts"].items()})
+        kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson, Periodic)}
+
+        def make(d):
+            d = dict(d)
+            kind = kinds[d.pop("kind")]
+            if kind is FromLog:
+                d["values"] = tuple(d["values"])
+            return kind(**d)
+        return cls(data["num_requests"], make(data["prompt_len"]), make(data["output_len"]),
+                   make(data["arrival"]), data["shared_prefix_len"], data["num_prefixes"], data["seed"])
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Several workloads sent at once on one clock, e.g. steady streams plus long prompts injected at known
+    times; each request row says which part it came from."""
+
+    parts: dict[str, Workload]
+
+    def __post_init__(self):
+        if not self.parts or not all(isinstance(w, Workload) for w in self.parts.values()):
+            raise BadParameter("Mix needs a non-empty dict of named Workloads")
+
+    @property
+    def num_requests(self) -> int:
+        return sum(w.num_requests for w in self.parts.values())
+
+    def longest_request(self) -> int:
+        return max(w.longest_request() for w in self.parts.values())
+
+    def to_dict(self) -> dict:
+        return {"kind": "Mix", "parts": {name: w.to_dict() for name, w in self.parts.items()}}

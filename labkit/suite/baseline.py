@@ -1,0 +1,200 @@
+"""Baselines per hardware and regression verdicts: did anything change by more than the threshold?
+
+A change counts only when its whole 95 % interval lies beyond the threshold (default 5 %): a regression
+or an improvement; anything else is "no detectable change" at this noise.
+
+One run's trials hold only the noise within one engine. Between engine starts and between machines of
+the same kind an arm can move much more (on the H200, an eager engine's throughput differed 2.2x
+between two runs of the same launch), so a baseline can hold replicates: further runs of the same
+configuration. With two or more, an arm's interval also holds the 95 % prediction interval of a new run
+from the replicates' spread, and only a change beyond what the baseline itself varied by counts.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from labkit import settings
+from labkit.errors import BadParameter, StoreConflict
+from labkit.analyze.stats import VERDICT_METRICS, compare_groups, groups, metric, point, t_quantile
+from labkit.analyze.stats import verdict as stats_verdict
+from labkit.store import ExperimentStore, load, spec_hash
+from labkit.files import write_json_atomic
+
+_VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
+            "too few trials": "too few trials to judge"}
+
+
+def suite_meta(run: str | Path) -> dict:
+    path = Path(run) / "suite.json"
+    if not path.exists():
+        raise BadParameter(f"{run} is not a suite run (no suite.json): make one with `labkit suite`")
+    return json.loads(path.read_text())
+
+
+def experiments(run: str | Path) -> list[str]:
+    root = Path(run) / "results"
+    return sorted(p.parent.name for p in root.glob("*/experiment.json")) if root.exists() else []
+
+
+def pin(run: str | Path, root: Path | None = None, replicate: bool = False) -> Path:
+    """Copy a suite run into data/baselines/<hardware>/ and make it the pinned baseline there, or with
+    `replicate` add it to the pinned baseline as one more run of the same configuration."""
+    run = Path(run)
+    meta = suite_meta(run)
+    hardware = meta["hardware_key"]
+    root = Path(root or settings.current().baselines_dir)
+    target = root / hardware / run.name
+    if target.exists():
+        raise StoreConflict(f"{target} exists already; baselines are never overwritten")
+    if replicate:
+        if pinned(hardware, root) is None:
+            raise BadParameter(f"no baseline is pinned for {hardware}: pin one first with `labkit baseline RUN`")
+        if meta.get("overrides"):
+            raise BadParameter(f"{run} ran with launch overrides {meta['overrides']}: a replicate measures how much "
+                               "the baseline's own configuration varies, so run it without --override")
+    shutil.copytree(run, target, ignore=shutil.ignore_patterns(".work", "*.tmp"))
+    runs = ([path.name for path in baseline_runs(hardware, root)] if replicate else []) + [run.name]
+    write_json_atomic(root / hardware / "pinned.json", {"run": runs[0], "replicates": runs[1:]})
+    return target
+
+
+def baseline_runs(hardware: str, root: Path | None = None) -> list[Path]:
+    """The pinned baseline run of this hardware, then its replicates (empty when none is pinned)."""
+    root = Path(root or settings.current().baselines_dir)
+    pointer = root / hardware / "pinned.json"
+    if not pointer.exists():
+        return []
+    names = json.loads(pointer.read_text())
+    return [root / hardware / name for name in [names["run"], *names.get("replicates", [])]]
+
+
+def pinned(hardware: str, root: Path | None = None) -> Path | None:
+    runs = baseline_runs(hardware, root)
+    return runs[0] if runs else None
+
+
+def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float = 0.05,
+                 metrics: list[str] | None = None) -> pd.DataFrame:
+    """Per experiment, load, arm and metric: the relative change against the baseline and a verdict.
+    `baseline` is one suite run, or a list: the pinned run, then its replicates."""
+    references = [Path(b) for b in (baseline if isinstance(baseline, (list, tuple)) else [baseline])]
+    here = suite_meta(run)
+    for reference in references:
+        if (hardware := suite_meta(reference)["hardware_key"]) != here["hardware_key"]:
+            raise BadParameter(f"the baseline {reference} was measured on {hardware} and this run on "
+                               f"{here['hardware_key']}: compare a run only with a baseline of the same hardware")
+    baseline, replicas = references[0], references[1:]
+    rows = []
+    names = sorted(set(experiments(run)) | set(experiments(baseline)))
+    for name in names:
+        if name not in experiments(run) or name not in experiments(baseline):
+            rows.append({"experiment": name, "verdict": "missing in this run" if name not in experiments(run)
+                         else "new: no baseline"})
+            continue
+        now, base = load(name, Path(run) / "results"), load(name, baseline / "results")
+        if not base.complete_arms:
+            rows.append({"experiment": name, "verdict": "new: no baseline", "note": "no arm completed in the baseline"})
+        for arm in base.complete_arms:
+            if arm not in now.complete_arms:
+                rows.append({"experiment": name, "arm": arm, "verdict": "regression",
+                             "note": "complete in the baseline, not in this run"})
+        now_loads = dict(now.per_load())
+        replica_loads = [(r, dict(load(name, r / "results").per_load())) for r in replicas if name in experiments(r)]
+        for load_name, b in base.per_load():
+            n = now_loads.get(load_name)
+            if n is None:
+                rows.append({"experiment": name, "load": load_name, "verdict": "missing in this run"})
+                continue
+            for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
+                launch = _launch(baseline, name, arm)
+                configuration = "same" if _launch(run, name, arm) == launch else "changed"
+                # a replicate counts for an arm only when it launched that arm exactly as the pinned run did
+                peers = [b] + [loads[load_name] for r, loads in replica_loads if load_name in loads
+                               and arm in loads[load_name].complete_arms and _launch(r, name, arm) == launch]
+                trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
+                note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
+                        "starts" if trials < 2 and len(peers) < 2 else None)
+                for name_m in metrics or VERDICT_METRICS:
+                    m = metric(name_m)
+                    row = _judge([groups(p, arm, m) for p in peers], groups(n, arm, m), m, threshold)
+                    rows.append({"experiment": name, "load": load_name, "arm": arm, "configuration": configuration,
+                                 "metric": name_m, **row, "baseline_runs": len(peers), "note": note})
+    columns = ["experiment", "load", "arm", "configuration", "metric", "baseline", "run", "change", "ci_low", "ci_high",
+               "verdict", "baseline_runs", "note"]
+    table = pd.DataFrame(rows).reindex(columns=columns)
+    table.attrs["baselines"] = [str(r) for r in references]
+    return table
+
+
+def _judge(runs: list[list[np.ndarray]], candidate: list[np.ndarray], m, threshold: float) -> dict:
+    """The change of the candidate against the baseline runs' pooled values. Its interval is the bootstrap
+    interval of the trials, widened, when there are replicates, to the 95 % prediction interval of one more
+    run from the spread of the runs' own values: no narrower than the noise the baseline showed itself."""
+    pooled = [np.concatenate([g for data in runs for g in data])] if m.level == "trial" else [g for data in runs for g in data]
+    c = compare_groups(pooled, candidate, m, threshold)
+    low, high, judged = c.ci_low, c.ci_high, _VERDICT[c.verdict]
+    values = [point(data, m) for data in runs]
+    if len(values) > 1 and c.baseline:
+        half = t_quantile(len(values) - 1) * float(np.std(values, ddof=1)) * np.sqrt(1 + 1 / len(values)) / c.baseline
+        # every metric is a positive quantity: no change is below -100 %, however wide the band
+        low, high = max(-1.0, np.nanmin([low, c.rel_change - half])), np.nanmax([high, c.rel_change + half])
+        judged = _VERDICT[stats_verdict(low, high, m, threshold)]
+    return {"baseline": c.baseline, "run": c.candidate, "change": c.rel_change, "ci_low": low, "ci_high": high,
+            "verdict": judged}
+
+
+def _launch(run: str | Path, experiment: str, arm: str) -> str:
+    """The hash of the spec an arm was launched with (knobs with overrides merged in, engine arguments,
+    model, workloads, protocol): the rule the store resumes by, so "same" means what resuming means."""
+    return spec_hash(ExperimentStore(experiment, Path(run) / "results").completed_spec(arm))
+
+
+def caution(comparison: pd.DataFrame) -> str | None:
+    """Control arms that moved. When a run changed some arms' launch configuration (an --override, a new
+    default), an arm launched exactly as in the baseline should not move; if it did, the machine moved
+    between the runs too (another job on the host, clocks, a driver), and the changed arms' verdicts hold
+    that drift as well as the change."""
+    if "configuration" not in comparison or not (comparison.configuration == "changed").any():
+        return None
+    moved = comparison[(comparison.configuration == "same") & comparison.verdict.isin(["regression", "improvement"])]
+    if moved.empty:
+        return None
+    arms = ", ".join(sorted({f"{r.experiment}/{r.arm}" for r in moved.itertuples()}))
+    return (f"{len(moved)} verdicts on arms launched exactly as in the baseline ({arms}): the machine moved "
+            "between the runs as well as the configuration, so the changed arms' verdicts hold both; rerun "
+            "both sides on a quiet machine before reading them as the change's effect")
+
+
+HOST_LOAD = "host: other processes' busy cores during trials"
+
+
+def other_cores(run: str | Path) -> float | None:
+    """The mean over the run's trials of the cores kept busy by processes outside the engine (None when no
+    trial recorded it: runs made before it was measured)."""
+    values = pd.concat([load(name, Path(run) / "results").trials.get("host_other_cores", pd.Series(dtype=float))
+                        for name in experiments(run)] or [pd.Series(dtype=float)]).dropna()
+    return round(float(values.mean()), 1) if len(values) else None
+
+
+def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
+    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides, and
+    other work on the host when it differs by half a core or more."""
+    def flat(meta: dict) -> dict:
+        env = meta["environment"]
+        out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
+                                       "python", "os")}
+        out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
+        out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
+        out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})
+        return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
+    a, b = flat(suite_meta(baseline)), flat(suite_meta(run))
+    loads = other_cores(baseline), other_cores(run)
+    if None not in loads and abs(loads[0] - loads[1]) >= 0.5:
+        a[HOST_LOAD], b[HOST_LOAD] = loads
+    return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
+                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)], columns=["what", "baseline", "run"])

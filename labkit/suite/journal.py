@@ -1,0 +1,57 @@
+"""The lab notebook of record: every experiment's change -> metric -> conclusion, with its evidence and
+environment, appended to data/journal.jsonl (one JSON object per line, never rewritten)."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from labkit import settings
+from labkit.suite.baseline import experiments
+from labkit.store import load
+
+
+def journal_path() -> Path:
+    return settings.current().journal
+
+
+def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
+    from labkit.analyze import stats
+
+    entries, now = [], _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    for name in experiments(run):
+        results = load(name, Path(run) / "results")
+        if not results.complete_arms:
+            continue
+        base = results.complete_arms[0]
+        record = stats.ab_record(results, base, stats.VERDICT_METRICS)
+        knobs = results.spec.get("arms", {})
+        for load_name in record.load.unique():
+            part = record[record.load == load_name]
+            entries.append({
+                "when_utc": now, "experiment": name, "load": load_name,
+                "change": "; ".join(f"{arm}: {json.dumps(knobs.get(arm, {}))}" for arm in results.complete_arms),
+                "metric": "; ".join(f"{r.arm} {r.metric}={r.value:.4g}" for r in part.itertuples()),
+                "conclusion": stats.conclusion(part, base),
+                "evidence": str(Path(run) / "results" / name),
+                "environment": {k: environment.get(k) for k in ("hardware_key", "gpus", "driver")}
+                | {"packages": environment.get("packages", {})},
+            })
+    return entries
+
+
+def append(entries: list[dict]) -> None:
+    path = journal_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for entry in entries:
+            f.write(json.dumps(entry, default=str) + "\n")
+
+
+def read() -> pd.DataFrame:
+    path = journal_path()
+    if not path.exists():
+        return pd.DataFrame(columns=["when_utc", "experiment", "load", "change", "metric", "conclusion", "evidence"])
+    return pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])

@@ -1,0 +1,175 @@
+"""The lab's second use: rerun every notebook unattended after a hardware, driver or vLLM upgrade.
+
+A suite run is one folder, data/runs/<UTC time>-<hardware>/, holding the executed notebooks (a failing
+one keeps papermill's copy with its error), their results (results/, a store of its own, so a new run
+never resumes from an old one), status.json per notebook and suite.json. A run is resumed by naming its
+folder: notebooks already done are skipped and an interrupted experiment resumes inside its store.
+
+Launch overrides (`--override enforce_eager=true`) force knobs onto every arm of every experiment: the way
+to rerun the suite with one deliberate change and see what it does to each experiment. An override scoped
+to a selection (`--override L3_kernel/profile_hotspots:enforce_eager=true`) changes only those notebooks,
+and the others are the comparison's controls: they should show no detectable change.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from pathlib import Path
+
+from labkit import settings
+from labkit.errors import BadParameter
+from labkit.spec.knobs import check_knobs
+from labkit.files import write_json_atomic
+
+NOTEBOOKS = settings.NOTEBOOKS
+LAYERS = ("L1", "L2", "L3", "L4")
+
+# Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.
+PROFILES: dict[str, dict[str, dict]] = {
+    "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine
+    "cpu": {"*": {}},  # the notebooks' own defaults (tiny model on a CPU)
+    "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
+    # the grid starts at 8 there: at batch 8 the H200 measured TBT P99 21 ms (SLO 50 ms) and 11.8 s a trial
+    # (data/baselines/h200/results/batch-triangle); each halving of the batch about doubles a trial
+    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"}},
+}
+
+
+def utc_stamp() -> str:
+    """The one clock of run folders: UTC, so runs made on machines in other time zones sort together."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def default_profile(hardware: str) -> str:
+    if hardware.startswith("cpu-"):
+        return "cpu-smoke"
+    return hardware if hardware in PROFILES else "gpu"
+
+
+def discover(selection: list[str] | None = None) -> list[Path]:
+    """Every notebook (quickstart first, then by layer), or those a selection names: a layer (L3), a
+    folder (L3_kernel) or notebook paths. A notebook added later needs no code change."""
+    found = sorted((p for p in NOTEBOOKS.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts),
+                   key=lambda p: (p.parent != NOTEBOOKS, str(p.relative_to(NOTEBOOKS))))
+    if not selection:
+        return found
+    chosen = []
+    for item in selection:
+        rel = [p for p in found if str(p.relative_to(NOTEBOOKS)).startswith(item)
+               or p.parent.name.startswith(item) or str(p) == str(Path(item).resolve())]
+        if not rel:
+            raise BadParameter(f"{item!r} names no notebook; layers are {list(LAYERS)}, notebooks are "
+                               f"{[str(p.relative_to(NOTEBOOKS)) for p in found]}")
+        chosen += [p for p in rel if p not in chosen]
+    return chosen
+
+
+def parameters_for(profile: str, notebook: Path) -> dict:
+    if profile not in PROFILES:
+        raise BadParameter(f"unknown parameter profile {profile!r}; profiles are {sorted(PROFILES)}")
+    notebook = notebook.resolve()
+    rel = str(notebook.relative_to(NOTEBOOKS)) if notebook.is_relative_to(NOTEBOOKS) else None
+    return {**PROFILES[profile].get("*", {}), **PROFILES[profile].get(rel, {})}
+
+
+def _slug(notebook: Path) -> str:
+    """L3_kernel/cuda_graphs.ipynb -> L3_kernel__cuda_graphs: one flat folder per run."""
+    return str(notebook.relative_to(NOTEBOOKS).with_suffix("")).replace("/", "__")
+
+
+def _scoped(name: str) -> tuple[str, str]:
+    """An override's name as (selection, knob): "L3:enforce_eager" -> ("L3", "enforce_eager"), "" when unscoped."""
+    scope, _, knob = name.rpartition(":")
+    return scope, knob
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`enforce_eager=true` -> {"enforce_eager": True}, and a scoped one, `L3:enforce_eager=true` ->
+    {"L3:enforce_eager": True}: values are JSON where they parse, text otherwise (run_suite checks them)."""
+    knobs = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not _scoped(name)[1]:
+            raise BadParameter(f"an override is [SELECTION:]KNOB=VALUE, such as enforce_eager=true or "
+                               f"L3_kernel/profile_hotspots:enforce_eager=true; got {item!r}")
+        try:
+            knobs[name] = json.loads(text)
+        except json.JSONDecodeError:
+            knobs[name] = text
+    return knobs
+
+
+def overrides_for(overrides: dict, notebook: Path) -> dict:
+    """The knobs forced onto one notebook's arms: the unscoped overrides and those whose selection names it."""
+    knobs = {}
+    for name, value in overrides.items():
+        scope, knob = _scoped(name)
+        if not scope or notebook in discover([scope]):
+            knobs[knob] = value
+    return knobs
+
+
+def check_overrides(overrides: dict, notebooks: list[Path]) -> None:
+    """Every override is a valid knob for the notebooks it reaches, and a scoped one reaches at least one."""
+    for nb in notebooks:
+        check_knobs(overrides_for(overrides, nb), "--override")
+    for name in overrides:
+        scope = _scoped(name)[0]
+        if scope and not set(discover([scope])) & set(notebooks):
+            raise BadParameter(f"override {name!r}: {scope!r} names none of this run's notebooks "
+                               f"{[str(p.relative_to(NOTEBOOKS)) for p in notebooks]}; add it to the selection")
+
+
+def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,
+              progress: bool = True, overrides: dict | None = None) -> Path:
+    """Execute the notebooks one by one; a failure is recorded and the suite goes on. Returns the run folder."""
+    import papermill
+    from tqdm.auto import tqdm
+
+    from labkit.measure.environment import fingerprint, hardware_key
+
+    hardware = hardware_key()
+    if run_dir:
+        run = Path(run_dir)
+        meta = json.loads((run / "suite.json").read_text())
+        if overrides and overrides != meta.get("overrides", {}):
+            raise BadParameter(f"{run} was started with overrides {meta.get('overrides', {})}; a resumed run keeps "
+                               "them: start a new run for other overrides")
+        profile, overrides = meta["profile"], meta.get("overrides", {})
+        notebooks = discover(selection or meta["notebooks"])
+    else:
+        notebooks = discover(selection)  # bad selections, profiles and overrides fail before anything runs
+        profile, overrides = profile or default_profile(hardware), overrides or {}
+        for nb in notebooks:
+            parameters_for(profile, nb)
+        check_overrides(overrides, notebooks)
+        stamp = utc_stamp()
+        run = settings.current().runs_dir / f"{stamp}-{hardware}"
+        run.mkdir(parents=True)
+        write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
+                                               "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
+                                               "overrides": overrides, "environment": fingerprint()})
+    suite_settings = settings.current().replace(results_dir=run / "results")  # the run's own store
+    bar = tqdm(notebooks, desc="suite", unit="notebook", disable=not progress)
+    for nb in bar:
+        status_file = run / f"{_slug(nb)}.status.json"
+        if status_file.exists() and json.loads(status_file.read_text())["status"] == "ok":
+            continue
+        bar.set_postfix_str(nb.name)
+        started, error = time.monotonic(), None
+        try:  # the kernel starts with this notebook's settings in its environment
+            with settings.exported(suite_settings.replace(launch_overrides=overrides_for(overrides, nb))):
+                papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"),
+                                           parameters=parameters_for(profile, nb), cwd=str(nb.parent),
+                                           kernel_name="python3", progress_bar=False)
+        except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
+            error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+            bar.write(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}")
+        write_json_atomic(status_file, {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
+                                        "error": error, "seconds": time.monotonic() - started})
+    return run
+
+
+def statuses(run: str | Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(run).glob("*.status.json"))]
