@@ -51,22 +51,3 @@ def fitted_max_model_len(prompt_lengths, output_lengths, quantile: float = 0.99,
     the model's maximum: every request slot then reserves what requests really use."""
     need = np.quantile(np.asarray(prompt_lengths) + np.asarray(output_lengths), quantile)
     return int(np.ceil(need / multiple) * multiple)
-
-
-def pool_arms(platform, fitted_max_model_len: int, utilizations: list[float],
-              cpu_kv_mib: list[int]) -> tuple[dict[str, dict], str]:
-    """The memory-pool experiment's arms: one per pool size (gpu_memory_utilization on a GPU; on a CPU
-    kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
-    with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
-    Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
-    if platform.kind == "cuda":
-        pools = {f"util={u}": {"gpu_memory_utilization": float(u)} for u in utilizations}
-    else:
-        pools = {f"kv={m}MiB": {"kv_cache_memory_bytes": int(m) << 20} for m in cpu_kv_mib}
-    largest = max(pools, key=lambda arm: next(iter(pools[arm].values())))
-    fitted = {**pools[largest], "max_model_len": fitted_max_model_len}
-    arms = {**pools, "fitted_max_model_len": fitted}
-    if platform.kind == "cuda":
-        arms["fp8_kv_cache"] = {**fitted, "kv_cache_dtype": "fp8"}
-        arms["fp8_weights"] = {**fitted, "quantization": "fp8"}
-    return arms, largest

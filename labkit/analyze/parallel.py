@@ -7,7 +7,6 @@ with a threshold), so a difference inside the noise is called noise, not a verdi
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -16,28 +15,10 @@ from labkit.analyze import stats
 
 TP_RULE_THRESHOLD = 0.15
 LATENCY_METRICS = ("tpot_p50_ms", "ttft_p50_ms")
-# NVLink multicast (NVLS) is kept off: on shared multi-GPU hosts a program that uses it can put the
-# host's GPUs out of service for a long time, and a two-GPU all-reduce gains nothing from it. vLLM's
-# torch symmetric-memory all-reduce (on by default) would otherwise create multicast objects too.
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-
 FIRES = "communication eats the split"
 PASSES = "the split is within the 15 % budget"
 UNDECIDED = "cannot tell at this noise"
 NOT_MEASURABLE = "not measurable here"
-
-
-def keep_multicast_off(environ: dict | None = None) -> pd.DataFrame:
-    """Set the variables that keep NVLink multicast off, unless the user set them; call it before any
-    engine starts (the arm workers inherit this process's environment). Returns what is in force."""
-    environ = os.environ if environ is None else environ
-    rows = []
-    for name, value in MULTICAST_OFF.items():
-        set_here = name not in environ
-        if set_here:
-            environ[name] = value
-        rows.append({"variable": name, "value": environ[name], "set_by": "the lab" if set_here else "you"})
-    return pd.DataFrame(rows)
 
 
 def scope_note(plan: pd.DataFrame, split: str = "tp2", replicas: str = "dp2") -> str:

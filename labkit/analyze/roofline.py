@@ -2,18 +2,17 @@
 
 decode step >= (weight bytes + KV bytes read) / memory bandwidth   (bytes per element: see precision.py)
 prefill     >= 2 * matmul parameters * prompt tokens / peak FLOP/s
-GPU peaks come from a table of datasheet figures (dense, no sparsity); a CPU's are measured here with
-NumPy (a large array copy and an fp32 matmul), which is honest but conservative. Both can be overridden.
+GPU peaks come from a table of datasheet figures (dense, no sparsity); a CPU's are measured on the machine
+(labkit.measure.peaks, a large array copy and an fp32 matmul), which is honest but conservative.
 """
 from __future__ import annotations
 
-import functools
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from labkit.errors import BadParameter
 from labkit.spec.models import ModelShape
 from labkit.analyze import precision
 from labkit.analyze.precision import WeightBytes
@@ -58,42 +57,6 @@ def gpu_peaks(name: str) -> Peaks | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
-    """Best-of-N array copy (read + write bytes) and fp32 matmul on this CPU."""
-    from labkit.measure.environment import cpu_model
-
-    src = np.ones(size_mib * 2**20 // 8)
-    dst = np.empty_like(src)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t)
-    bw = 2 * src.nbytes / best / 1e9
-    n = 1024
-    a = np.ones((n, n), np.float32)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ a
-        best = min(best, time.perf_counter() - t)
-    return Peaks(cpu_model(), round(bw, 1), round(2 * n**3 / best / 1e12, 3), "measured with NumPy")
-
-
-def detect_peaks(mem_bw_gbs: float | None = None, tflops: float | None = None) -> Peaks:
-    """Peaks of the first GPU (or the CPU); pass both numbers to override."""
-    from labkit.measure.platform import current_platform
-
-    if mem_bw_gbs and tflops:
-        return Peaks("given", mem_bw_gbs, tflops, "given")
-    platform = current_platform()
-    found = gpu_peaks(platform.gpu_names[0]) if platform.gpu_names else None
-    found = found or measure_cpu_peaks()
-    return Peaks(found.device, mem_bw_gbs or found.mem_bw_gbs, tflops or found.tflops,
-                 found.source if not (mem_bw_gbs or tflops) else found.source + " (partly given)")
-
-
 def decode_step_bytes(shape: ModelShape, batch: float, context_tokens: float,
                       weight_bytes: float | WeightBytes = 2, kv_bytes: float = 2) -> float:
     """One decode step reads the weights once (of the input embedding, one row per sequence) and each
@@ -116,13 +79,24 @@ def prefill_floor_s(shape: ModelShape, peaks: Peaks, tokens: float,
     return max(compute, WeightBytes.of(weight_bytes).read(shape, tokens) / (peaks.mem_bw_gbs * 1e9))
 
 
+def stored_peaks(results) -> Peaks:
+    """The datasheet peaks of the GPU the results were measured on (from their stored environment)."""
+    gpus = {gpu for env in results.environment.values() for gpu in env.get("gpus", [])[:1]}
+    found = [peaks for gpu in sorted(gpus) if (peaks := gpu_peaks(gpu))]
+    if len(found) != 1:
+        raise BadParameter(f"no single GPU of the peaks table measured these results (GPUs: {sorted(gpus) or 'none'}); "
+                           "pass peaks=, e.g. labkit.measure.peaks.detect_peaks() for this machine's own")
+    return found[0]
+
+
 def roofline_table(results, peaks: Peaks | None = None) -> pd.DataFrame:
-    """Per arm: observed TPOT and TTFT against their physical floors, as % of the limit reached.
+    """Per arm: observed TPOT and TTFT against their physical floors, as % of the limit reached. The peaks are
+    those given, else the datasheet figures of the GPU that measured the results.
 
     The decode floor uses the batch that was really decoding (Little's law: output tok/s x mean TPOT)
     and the mean context (prompt + half the output). 100 % means at the limit.
     """
-    peaks = peaks or detect_peaks()
+    peaks = peaks or stored_peaks(results)
     if not results.spec.get("shape"):
         return pd.DataFrame()  # a hub model whose shape is unknown offline
     shape = ModelShape(**results.spec["shape"])

@@ -8,10 +8,11 @@ and the answer backs off one notch from the largest meeting value, for headroom.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.analyze.stats import METRICS, metric
@@ -101,36 +102,8 @@ def goodput(requests, slos: dict[str, float], duration_s: float) -> float:
     return float(ok.sum() / duration_s) if duration_s > 0 else float("nan")
 
 
-def search_max_num_seqs(experiment, grid: list[int], slos: dict[str, float], arm_name=lambda v: f"max_num_seqs={v}",
-                        progress: bool = True) -> SloResult:
-    """Run the search on a labkit Experiment whose arms include `arm_name(v)` for each grid value; each
-    evaluation measures one arm (one engine start) unless the store already holds it."""
-    from labkit.analyze.stats import summarize
-
-    check_slos(slos)
-    missing = [arm_name(v) for v in grid if arm_name(v) not in experiment.arms]
-    if missing:
-        raise BadParameter(f"the experiment has no arms {missing} for the grid")
-
-    stored = set()
-
-    def evaluate(value: int) -> Measurement:
-        arm = arm_name(value)
-        if experiment.store.completed_spec(arm) is not None:
-            stored.add(value)
-        results = experiment.run(progress=progress, only=[arm])
-        if arm not in results.complete_arms:  # a failed engine meets no SLO
-            return {name: (np.nan, np.nan, np.nan) for name in slos}
-        table = summarize(results, list(slos)).set_index(["arm", "metric"])
-        return {name: tuple(table.loc[(arm, name), ["value", "ci_low", "ci_high"]]) for name in slos}
-    result = search(evaluate, grid, slos)
-    return replace(result, engine_starts=result.engine_starts - len(stored), from_store=len(stored))
-
-
-def goodput_by_arm(results, slos: dict[str, float]) -> "pd.DataFrame":
+def goodput_by_arm(results, slos: dict[str, float]) -> pd.DataFrame:
     """Per arm: mean request throughput and goodput (requests/s within every SLO) over the trials."""
-    import pandas as pd
-
     rows = []
     for arm in results.complete_arms:
         trials = results.trials[results.trials.arm == arm]

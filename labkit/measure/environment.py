@@ -111,3 +111,22 @@ def fingerprint() -> dict:
     if torch is not None:
         facts["torch_cuda"] = getattr(torch.version, "cuda", None)
     return facts
+
+
+# NVLink multicast (NVLS) is kept off: on shared multi-GPU hosts a program that uses it can put the
+# host's GPUs out of service for a long time, and a two-GPU all-reduce gains nothing from it. vLLM's
+# torch symmetric-memory all-reduce (on by default) would otherwise create multicast objects too.
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+def keep_multicast_off(environ: dict | None = None) -> list[dict]:
+    """Set the variables that keep NVLink multicast off, unless the user set them; call it before any
+    engine starts (the arm workers inherit this process's environment). Returns what is in force."""
+    environ = os.environ if environ is None else environ
+    rows = []
+    for name, value in MULTICAST_OFF.items():
+        set_here = name not in environ
+        if set_here:
+            environ[name] = value
+        rows.append({"variable": name, "value": environ[name], "set_by": "the lab" if set_here else "you"})
+    return rows

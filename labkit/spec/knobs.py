@@ -201,3 +201,22 @@ def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
             else:
                 engine_args[key] = val
     return ArmPlan(dict(knobs), engine_args)
+
+
+def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[float],
+              cpu_kv_mib: list[int]) -> tuple[dict[str, dict], str]:
+    """The memory-pool experiment's arms: one per pool size (gpu_memory_utilization on a GPU; on a CPU
+    kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
+    with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
+    Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
+    if platform.kind == "cuda":
+        pools = {f"util={u}": {"gpu_memory_utilization": float(u)} for u in utilizations}
+    else:
+        pools = {f"kv={m}MiB": {"kv_cache_memory_bytes": int(m) << 20} for m in cpu_kv_mib}
+    largest = max(pools, key=lambda arm: next(iter(pools[arm].values())))
+    fitted = {**pools[largest], "max_model_len": fitted_max_model_len}
+    arms = {**pools, "fitted_max_model_len": fitted}
+    if platform.kind == "cuda":
+        arms["fp8_kv_cache"] = {**fitted, "kv_cache_dtype": "fp8"}
+        arms["fp8_weights"] = {**fitted, "quantization": "fp8"}
+    return arms, largest

@@ -1,7 +1,12 @@
 """What the environment capture writes: tuning variables kept, secrets never (no engine)."""
 import json
 
-from labkit.measure.environment import REDACTED, fingerprint, tuning_variables
+import pandas as pd
+
+import pytest
+
+from labkit.measure.environment import (REDACTED, cpu_signature, fingerprint, hardware_key, keep_multicast_off,
+                                     tuning_variables)
 
 
 def test_secret_looking_values_are_never_recorded():
@@ -19,3 +24,44 @@ def test_the_fingerprint_holds_the_name_not_the_secret(monkeypatch):
     assert facts["tuning_variables"]["VLLM_API_KEY"] == REDACTED
     assert facts["tuning_variables"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
     assert "sk-live-123" not in json.dumps(facts)
+
+
+def test_multicast_is_turned_off_unless_the_user_chose():
+    environ = {"NCCL_NVLS_ENABLE": "1"}
+    table = pd.DataFrame(keep_multicast_off(environ)).set_index("variable")
+    assert environ == {"NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    assert table.loc["NCCL_NVLS_ENABLE", "set_by"] == "you"
+    assert table.loc["TORCH_SYMM_MEM_DISABLE_MULTICAST", "set_by"] == "the lab"
+    fresh = {}
+    keep_multicast_off(fresh)
+    assert fresh == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+
+
+@pytest.mark.parametrize("gpus, key", [
+    (("NVIDIA H200",), "h200"),
+    (("NVIDIA H200", "NVIDIA H200"), "h200x2"),
+    # variants with different peaks keep distinct keys, so their baselines never mix
+    (("NVIDIA H100 80GB HBM3",), "h100-80gb-hbm3"),
+    (("NVIDIA H100 PCIe",), "h100-pcie"),
+    (("NVIDIA A100-SXM4-80GB",) * 4, "a100-sxm4-80gbx4"),
+    (("NVIDIA L4",), "l4"),
+])
+def test_hardware_key_gpus(gpus, key):
+    assert hardware_key(gpus) == key
+
+
+def test_hardware_key_cpu():
+    key = hardware_key((), cpu="Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz")
+    assert key.startswith("cpu-intel-xeon-platinum-8481c")
+    assert key == "cpu-intel-xeon-platinum-8481c"
+    amd = hardware_key((), cpu="AMD EPYC 9654 96-Core Processor")
+    assert amd == "cpu-amd-epyc-9654"
+    assert len(hardware_key((), cpu="X" * 200)) <= len("cpu-") + 40
+
+
+def test_cpu_signature_tells_apart_hosts_whose_model_name_is_hidden():
+    sapphire = "processor\t: 0\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Processor\nstepping\t: 8\ncpu MHz\t\t: 2100.000\n\nprocessor\t: 1\nmodel\t\t: 999\n"
+    granite = sapphire.replace("model\t\t: 143", "model\t\t: 173").replace("stepping\t: 8", "stepping\t: 1")
+    assert cpu_signature(sapphire) == "family 6 model 143 stepping 8"
+    assert cpu_signature(granite) != cpu_signature(sapphire)
+    assert cpu_signature("processor\t: 0\nmodel name\t: Apple M3\n") is None

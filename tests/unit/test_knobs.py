@@ -2,7 +2,7 @@
 import pytest
 
 from labkit.errors import BadParameter
-from labkit.spec.knobs import KNOBS, check_knobs, plan_arm
+from labkit.spec.knobs import KNOBS, check_knobs, plan_arm, pool_arms
 from labkit.measure.platform import Platform
 
 CPU = Platform(kind="cpu", vllm_version=(0, 32, 0))
@@ -222,3 +222,16 @@ def test_capture_sizes_knob_maps_to_compilation_config_and_merges():
         plan_arm({"cudagraph_capture_sizes": [1], "enforce_eager": True}, gpu)
     with pytest.raises(BadParameter, match="positive batch sizes"):
         plan_arm({"cudagraph_capture_sizes": [0]}, gpu)
+
+
+def test_pool_arms_per_platform():
+    cpu, h200 = Platform("cpu", (0, 32, 0)), Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
+    arms, largest = pool_arms(cpu, 768, [0.5, 0.9], [256, 64])
+    assert largest == "kv=256MiB"
+    assert arms == {"kv=256MiB": {"kv_cache_memory_bytes": 256 << 20}, "kv=64MiB": {"kv_cache_memory_bytes": 64 << 20},
+                    "fitted_max_model_len": {"kv_cache_memory_bytes": 256 << 20, "max_model_len": 768}}
+    arms, largest = pool_arms(h200, 768, [0.5, 0.9], [256])
+    assert largest == "util=0.9"
+    assert arms["fp8_kv_cache"] == {"gpu_memory_utilization": 0.9, "max_model_len": 768, "kv_cache_dtype": "fp8"}
+    assert arms["fp8_weights"] == {"gpu_memory_utilization": 0.9, "max_model_len": 768, "quantization": "fp8"}
+    assert set(arms) == {"util=0.5", "util=0.9", "fitted_max_model_len", "fp8_kv_cache", "fp8_weights"}

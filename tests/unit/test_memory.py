@@ -54,18 +54,3 @@ def test_fitted_max_model_len_covers_the_quantile():
     prompts, outputs = [100] * 99 + [5000], [100] * 100
     assert memory.fitted_max_model_len(prompts, outputs, quantile=0.95) == 256
     assert memory.fitted_max_model_len(prompts, outputs, quantile=1.0) == 5120
-
-
-def test_pool_arms_per_platform():
-    from labkit.measure.platform import Platform
-
-    cpu, h200 = Platform("cpu", (0, 32, 0)), Platform("cuda", (0, 26, 0), ("NVIDIA H200",))
-    arms, largest = memory.pool_arms(cpu, 768, [0.5, 0.9], [256, 64])
-    assert largest == "kv=256MiB"
-    assert arms == {"kv=256MiB": {"kv_cache_memory_bytes": 256 << 20}, "kv=64MiB": {"kv_cache_memory_bytes": 64 << 20},
-                    "fitted_max_model_len": {"kv_cache_memory_bytes": 256 << 20, "max_model_len": 768}}
-    arms, largest = memory.pool_arms(h200, 768, [0.5, 0.9], [256])
-    assert largest == "util=0.9"
-    assert arms["fp8_kv_cache"] == {"gpu_memory_utilization": 0.9, "max_model_len": 768, "kv_cache_dtype": "fp8"}
-    assert arms["fp8_weights"] == {"gpu_memory_utilization": 0.9, "max_model_len": 768, "quantization": "fp8"}
-    assert set(arms) == {"util=0.5", "util=0.9", "fitted_max_model_len", "fp8_kv_cache", "fp8_weights"}

@@ -169,14 +169,3 @@ def test_communication_variables_show_who_set_them(gen):
     assert table.to_dict("records") == [
         {"arm": "tp1", "variable": "NCCL_NVLS_ENABLE", "value": "0", "set_by": "user or the lab, before vLLM"},
         {"arm": "tp1", "variable": "NCCL_CUMEM_ENABLE", "value": "0", "set_by": "vLLM"}]
-
-
-def test_multicast_is_turned_off_unless_the_user_chose():
-    environ = {"NCCL_NVLS_ENABLE": "1"}
-    table = parallel.keep_multicast_off(environ).set_index("variable")
-    assert environ == {"NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-    assert table.loc["NCCL_NVLS_ENABLE", "set_by"] == "you"
-    assert table.loc["TORCH_SYMM_MEM_DISABLE_MULTICAST", "set_by"] == "the lab"
-    fresh = {}
-    parallel.keep_multicast_off(fresh)
-    assert fresh == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}

@@ -4,10 +4,10 @@ from dataclasses import asdict
 import pandas as pd
 import pytest
 
-from labkit.measure.environment import hardware_key
-from labkit.analyze.roofline import Peaks, decode_step_bytes, decode_step_floor_s, gpu_peaks, prefill_floor_s, roofline_table
+from labkit.analyze.roofline import Peaks, stored_peaks, decode_step_bytes, decode_step_floor_s, gpu_peaks, prefill_floor_s, roofline_table
 from labkit.spec.models import SHAPES
 from labkit.analyze.precision import WeightBytes
+from labkit.errors import BadParameter
 from labkit.store import Results
 
 LLAMA = SHAPES["llama3-8b"]
@@ -132,32 +132,10 @@ def test_given_peaks_scale_the_floor():
     assert decode_step_floor_s(LLAMA, slow, 1, 0) == pytest.approx(2 * decode_step_floor_s(LLAMA, H200, 1, 0))
 
 
-@pytest.mark.parametrize("gpus, key", [
-    (("NVIDIA H200",), "h200"),
-    (("NVIDIA H200", "NVIDIA H200"), "h200x2"),
-    # variants with different peaks keep distinct keys, so their baselines never mix
-    (("NVIDIA H100 80GB HBM3",), "h100-80gb-hbm3"),
-    (("NVIDIA H100 PCIe",), "h100-pcie"),
-    (("NVIDIA A100-SXM4-80GB",) * 4, "a100-sxm4-80gbx4"),
-    (("NVIDIA L4",), "l4"),
-])
-def test_hardware_key_gpus(gpus, key):
-    assert hardware_key(gpus) == key
-
-
-def test_hardware_key_cpu():
-    key = hardware_key((), cpu="Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz")
-    assert key.startswith("cpu-intel-xeon-platinum-8481c")
-    assert key == "cpu-intel-xeon-platinum-8481c"
-    amd = hardware_key((), cpu="AMD EPYC 9654 96-Core Processor")
-    assert amd == "cpu-amd-epyc-9654"
-    assert len(hardware_key((), cpu="X" * 200)) <= len("cpu-") + 40
-
-
-def test_cpu_signature_tells_apart_hosts_whose_model_name_is_hidden():
-    from labkit.measure.environment import cpu_signature
-    sapphire = "processor\t: 0\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Processor\nstepping\t: 8\ncpu MHz\t\t: 2100.000\n\nprocessor\t: 1\nmodel\t\t: 999\n"
-    granite = sapphire.replace("model\t\t: 143", "model\t\t: 173").replace("stepping\t: 8", "stepping\t: 1")
-    assert cpu_signature(sapphire) == "family 6 model 143 stepping 8"
-    assert cpu_signature(granite) != cpu_signature(sapphire)
-    assert cpu_signature("processor\t: 0\nmodel name\t: Apple M3\n") is None
+def test_peaks_default_to_the_datasheet_of_the_gpu_that_measured_the_results():
+    facts = pd.DataFrame([{"arm": "a", "status": "complete"}])
+    on_h200 = Results("m", None, {}, facts, pd.DataFrame(), pd.DataFrame(), {"a": {"gpus": ["NVIDIA H200"]}})
+    assert stored_peaks(on_h200) == H200
+    on_cpu = Results("m", None, {}, facts, pd.DataFrame(), pd.DataFrame(), {"a": {"gpus": []}})
+    with pytest.raises(BadParameter, match="pass peaks="):
+        stored_peaks(on_cpu)
