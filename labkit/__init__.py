@@ -9,10 +9,11 @@ from labkit.spec.models import SHAPES, ModelShape, resolve_model
 from labkit.measure.platform import current_platform
 from labkit.spec.protocol import Protocol
 from labkit.store import Results, load
+from labkit.suite.parameters import smoke_parameters
 from labkit.spec.workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform, Workload
 
 __all__ = [
     "BadParameter", "LabkitError", "NotApplicable", "StoreConflict", "Experiment", "default_model", "KNOBS",
-    "plan_arm", "SHAPES", "ModelShape", "resolve_model", "current_platform", "Protocol", "Results", "load",
+    "plan_arm", "SHAPES", "ModelShape", "resolve_model", "current_platform", "Protocol", "Results", "load", "smoke_parameters",
     "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform", "Workload",
 ]

@@ -22,10 +22,12 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     from labkit.errors import BadParameter
     from labkit import settings
     from labkit.suite.notebooks import utc_stamp
+    from labkit.suite.parameters import check_parameters
 
     source = Path(notebook)
     if not source.exists():
         raise BadParameter(f"no notebook {notebook}; the lab's notebooks are under {settings.NOTEBOOKS}")
+    parameters = check_parameters(source, parameters)  # before any kernel starts
     out_dir = Path(output_dir or settings.current().runs_dir / f"{utc_stamp()}-{hardware_key()}")  # where and when the suite's go
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / source.name
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             with pd.option_context("display.max_colwidth", 80, "display.width", 200):
                 print(read()[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
         else:
-            from labkit.suite.notebooks import parameters_for
+            from labkit.suite.parameters import parameters_for
             params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
             params.update({name: _value(value) for name, value in args.parameter})
             print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")

@@ -20,21 +20,11 @@ from pathlib import Path
 from labkit import settings
 from labkit.errors import BadParameter
 from labkit.spec.knobs import check_knobs
+from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
 from labkit.files import write_json_atomic
 
 NOTEBOOKS = settings.NOTEBOOKS
 LAYERS = ("L1", "L2", "L3", "L4")
-
-# Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.
-PROFILES: dict[str, dict[str, dict]] = {
-    "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine
-    "cpu": {"*": {}},  # the notebooks' own defaults (tiny model on a CPU)
-    "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
-    # the grid starts at 8 there: at batch 8 the H200 measured TBT P99 21 ms (SLO 50 ms) and 11.8 s a trial
-    # (data/baselines/h200/results/batch-triangle); each halving of the batch about doubles a trial
-    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"}},
-}
-
 
 def utc_stamp() -> str:
     """The one clock of run folders: UTC, so runs made on machines in other time zones sort together."""
@@ -63,14 +53,6 @@ def discover(selection: list[str] | None = None) -> list[Path]:
                                f"{[str(p.relative_to(NOTEBOOKS)) for p in found]}")
         chosen += [p for p in rel if p not in chosen]
     return chosen
-
-
-def parameters_for(profile: str, notebook: Path) -> dict:
-    if profile not in PROFILES:
-        raise BadParameter(f"unknown parameter profile {profile!r}; profiles are {sorted(PROFILES)}")
-    notebook = notebook.resolve()
-    rel = str(notebook.relative_to(NOTEBOOKS)) if notebook.is_relative_to(NOTEBOOKS) else None
-    return {**PROFILES[profile].get("*", {}), **PROFILES[profile].get(rel, {})}
 
 
 def _slug(notebook: Path) -> str:
@@ -141,8 +123,8 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     else:
         notebooks = discover(selection)  # bad selections, profiles and overrides fail before anything runs
         profile, overrides = profile or default_profile(hardware), overrides or {}
-        for nb in notebooks:
-            parameters_for(profile, nb)
+        for nb in notebooks:  # a profile's value the notebook does not take fails here, not in its kernel
+            check_parameters(nb, parameters_for(profile, nb))
         check_overrides(overrides, notebooks)
         stamp = utc_stamp()
         run = settings.current().runs_dir / f"{stamp}-{hardware}"

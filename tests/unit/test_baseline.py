@@ -1,7 +1,5 @@
 """Baseline comparison, report and journal on constructed suite runs (no engine)."""
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -145,30 +143,6 @@ def test_journal_appends_change_metric_conclusion(tmp_path, monkeypatch):
     table = journal.read()
     assert len(table) == 2 and set(table.experiment) == {"e"}
     assert "b is worse" in table.conclusion.iloc[0] and table.evidence.iloc[0].endswith("results/e")
-
-
-def test_suite_selection_and_profiles():
-    from labkit.suite import notebooks as suite
-    every = suite.discover()
-    assert every[0].name == "00_quickstart.ipynb"
-    assert all("L3_kernel" in str(p) for p in suite.discover(["L3"]))
-    assert suite.parameters_for("cpu-smoke", every[0]) == {"smoke": True}
-    with pytest.raises(BadParameter, match="names no notebook"):
-        suite.discover(["L9"])
-    with pytest.raises(BadParameter, match="unknown parameter profile"):
-        suite.parameters_for("tpu", every[0])
-    assert suite.default_profile("cpu-intel-xeon") == "cpu-smoke" and suite.default_profile("h200") == "h200"
-    # a notebook's own entry overrides "*"; relative paths resolve; a notebook outside notebooks/ gets "*"
-    triangle = Path(os.path.relpath(suite.NOTEBOOKS / "L2_engine" / "batch_triangle.ipynb"))
-    assert suite.parameters_for("h200", triangle)["grid"].startswith("8,")
-    assert suite.parameters_for("h200", every[0]) == {}
-    assert suite.parameters_for("cpu-smoke", Path("/elsewhere/x.ipynb")) == {"smoke": True}
-
-
-def test_executed_copies_are_named_after_their_notebook():
-    from labkit.suite import notebooks as suite
-    nb = suite.NOTEBOOKS / "L3_kernel" / "cuda_graphs.ipynb"
-    assert suite._slug(nb) == "L3_kernel__cuda_graphs"
 
 
 def test_one_trial_runs_are_judged_with_a_warning_and_throughput_not_at_all(tmp_path):

@@ -2,7 +2,6 @@
 import tomllib
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]

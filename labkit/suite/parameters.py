@@ -1,0 +1,125 @@
+"""Notebook parameters: the named profiles a suite run uses, each notebook's smoke values (one list, read by
+the notebook's own `smoke` switch too), and the check that refuses a parameter the notebook does not have,
+or a value of the wrong type, before a kernel starts."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from labkit import settings
+from labkit.errors import BadParameter
+
+NOTEBOOKS = settings.NOTEBOOKS
+
+# The small runs CI does, per notebook (relative to notebooks/): `smoke=True` in a notebook applies them.
+SMOKE: dict[str, dict] = {
+    "00_quickstart.ipynb": dict(model="tiny-llama", num_requests=24, prompt_len=64, output_len=16, trials=2,
+                                experiment="quickstart-smoke"),
+    # 96 + 48 tokens are 2 KV blocks of 1 MiB's 16-token blocks each: preemption from 5 sequences
+    "L2_engine/batch_triangle.ipynb": dict(model="tiny-llama", grid="1,2,4,8", clients=8, num_requests=16,
+                                           prompt_len=96, output_len=48, kv_cache_mib=1, slo_ms=8.0, trials=2,
+                                           experiment="batch-triangle-smoke"),
+    "L2_engine/chunked_prefill.ipynb": dict(model="tiny-llama", stream_clients=4, stream_prompt_len=32,
+                                            stream_output_len=160, long_prompt_len=2048, long_count=2,
+                                            first_injection_s=0.1, injection_interval_s=0.15, budgets="256,2048",
+                                            trials=1, experiment="chunked-prefill-smoke"),
+    "L2_engine/memory_pools.ipynb": dict(model="tiny-llama", cpu_kv_mib="64,256", prompt_median=128,
+                                         output_median=32, requests=8, experiment="memory-pools-smoke"),
+    "L2_engine/parallelism.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, single_requests=3,
+                                        clients=4, load_requests=8, trials=2, profile_requests=2,
+                                        experiment="parallelism-smoke"),
+    "L3_kernel/attention_backends.ipynb": dict(model="tiny-llama", clients=4, requests=8, trials=2,
+                                               decode_prompt_len=32, decode_output_len=32, prefill_prompt_len=512,
+                                               prefill_output_len=4, experiment="attention-backends-smoke"),
+    "L3_kernel/cuda_graphs.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, decode_requests=2,
+                                        stream_clients=8, stream_requests=16, trials=2, experiment="cuda-graphs-smoke"),
+    "L3_kernel/profile_hotspots.ipynb": dict(model="tiny-llama", clients=4, prompt_len=32, output_len=16, requests=8,
+                                             profile_requests=4, trials=2, experiment="profile-hotspots-smoke"),
+}
+
+# Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.
+PROFILES: dict[str, dict[str, dict]] = {
+    "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine: each notebook's SMOKE values
+    "cpu": {"*": {}},  # the notebooks' own defaults (tiny model on a CPU)
+    "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
+    # the grid starts at 8 there: at batch 8 the H200 measured TBT P99 21 ms (SLO 50 ms) and 11.8 s a trial
+    # (data/baselines/h200/results/batch-triangle); each halving of the batch about doubles a trial
+    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"}},
+}
+
+
+def relative(notebook: str | Path) -> str | None:
+    """The notebook's path under notebooks/ (None for a notebook elsewhere)."""
+    path = Path(notebook).resolve()
+    return str(path.relative_to(NOTEBOOKS)) if path.is_relative_to(NOTEBOOKS) else None
+
+
+def smoke_parameters(notebook: str) -> dict:
+    """The smoke values of a notebook (its path under notebooks/), for its `if smoke:` cell."""
+    if notebook not in SMOKE:
+        raise BadParameter(f"no smoke values for {notebook!r}; notebooks with smoke values are {sorted(SMOKE)}")
+    return dict(SMOKE[notebook])
+
+
+def parameters_for(profile: str, notebook: Path) -> dict:
+    """The parameters a profile gives one notebook."""
+    if profile not in PROFILES:
+        raise BadParameter(f"unknown parameter profile {profile!r}; profiles are {sorted(PROFILES)}")
+    return {**PROFILES[profile].get("*", {}), **PROFILES[profile].get(relative(notebook), {})}
+
+
+@functools.lru_cache(maxsize=64)
+def _declared(path: str, mtime: float) -> dict[str, dict]:
+    import papermill
+
+    return papermill.inspect_notebook(path)
+
+
+def declared(notebook: str | Path) -> dict[str, dict]:
+    """The notebook's own parameters cell: name -> {inferred_type_name, default, help} (papermill's reading)."""
+    path = Path(notebook).resolve()
+    return _declared(str(path), path.stat().st_mtime)
+
+
+def _coerce(value, kind: str):
+    """The value as the parameter's type, or raise ValueError. Booleans take true/false only (True, "true",
+    "false"; not "no" or 1, which papermill would pass on as truthy text or numbers)."""
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ValueError("true or false")
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("an integer")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("a number")
+        return float(value)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError("text")
+        return value
+    return value  # a parameter papermill could not type (None default, an expression): taken as given
+
+
+def check_parameters(notebook: str | Path, given: dict) -> dict:
+    """`given` checked against the notebook's parameters cell and coerced to its types; an unknown name or a
+    value of the wrong type is a BadParameter listing every parameter with its type."""
+    params = declared(notebook)
+    problems, checked = [], {}
+    for name, value in given.items():
+        if name not in params:
+            problems.append(f"{name!r} is not a parameter of this notebook")
+            continue
+        kind = params[name]["inferred_type_name"]
+        try:
+            checked[name] = _coerce(value, kind)
+        except ValueError as exc:
+            problems.append(f"{name} must be {exc}, got {value!r}")
+    if problems:
+        listing = ", ".join(f"{n}: {p['inferred_type_name']} = {p['default']}" for n, p in params.items())
+        raise BadParameter(f"{Path(notebook).name}: {'; '.join(problems)}. Its parameters are: {listing}")
+    return checked

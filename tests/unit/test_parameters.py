@@ -1,0 +1,70 @@
+"""Notebook parameters: each notebook's smoke values fit its parameters cell, and a wrong name or type is refused
+before any kernel starts, with the list of what the notebook takes (papermill reads the cells; no kernel)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit import cli
+from labkit.errors import BadParameter
+from labkit.suite import parameters
+from labkit.suite.notebooks import discover
+
+QUICKSTART = parameters.NOTEBOOKS / "00_quickstart.ipynb"
+
+
+def test_every_notebook_has_smoke_values_that_its_parameters_cell_takes():
+    notebooks = {parameters.relative(nb): nb for nb in discover()}
+    assert set(parameters.SMOKE) == set(notebooks)
+    for name, values in parameters.SMOKE.items():
+        assert parameters.check_parameters(notebooks[name], values) == values, name
+
+
+def test_a_notebook_reads_its_smoke_values_by_its_own_path():
+    for nb in discover():
+        source = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"])
+        assert f'lk.smoke_parameters("{parameters.relative(nb)}")' in source, nb
+    with pytest.raises(BadParameter, match="no smoke values"):
+        parameters.smoke_parameters("L9/none.ipynb")
+
+
+def test_unknown_name_lists_the_parameters_and_their_types():
+    with pytest.raises(BadParameter) as caught:
+        parameters.check_parameters(QUICKSTART, {"num_request": 8})
+    message = str(caught.value)
+    assert "'num_request' is not a parameter" in message and "num_requests: int = 256" in message
+
+
+@pytest.mark.parametrize("value, expected", [(True, True), ("true", True), ("False", False)])
+def test_booleans_take_true_and_false(value, expected):
+    assert parameters.check_parameters(QUICKSTART, {"smoke": value}) == {"smoke": expected}
+
+
+@pytest.mark.parametrize("name, value, words", [("smoke", "no", "smoke must be true or false"),
+                                                ("smoke", 1, "smoke must be true or false"),
+                                                ("trials", "three", "trials must be an integer"),
+                                                ("trials", 2.5, "trials must be an integer"),
+                                                ("model", 3, "model must be text")])
+def test_wrong_types_are_refused(name, value, words):
+    with pytest.raises(BadParameter, match=words):
+        parameters.check_parameters(QUICKSTART, {name: value})
+
+
+def test_a_float_parameter_takes_an_integer():
+    triangle = parameters.NOTEBOOKS / "L2_engine" / "batch_triangle.ipynb"
+    assert parameters.check_parameters(triangle, {"slo_ms": 30}) == {"slo_ms": 30.0}
+
+
+def test_profiles_name_only_parameters_their_notebooks_take():
+    for profile in parameters.PROFILES:
+        for nb in discover():
+            parameters.check_parameters(nb, parameters.parameters_for(profile, nb))
+
+
+def test_labkit_run_refuses_a_mistyped_parameter_before_a_kernel_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("papermill.execute_notebook", lambda *a, **k: pytest.fail("a kernel was started"))
+    code = cli.main(["run", str(QUICKSTART), "-p", "num_request", "8", "-o", str(tmp_path)])
+    assert code == 2 and "not a parameter" in capsys.readouterr().err
+    code = cli.main(["run", str(QUICKSTART), "-p", "smoke", "no", "-o", str(tmp_path)])
+    assert code == 2 and "smoke must be true or false" in capsys.readouterr().err
+    assert list(Path(tmp_path).iterdir()) == []

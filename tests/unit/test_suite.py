@@ -1,0 +1,109 @@
+"""The unattended suite: which notebooks a selection names, the overrides each one gets, resuming a run, and
+the environment it leaves as it found it (papermill is a stand-in here; tests/notebooks runs the real one)."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from labkit import settings
+from labkit.errors import BadParameter
+from labkit.suite import notebooks as suite
+from labkit.suite import parameters
+
+LAUNCH_OVERRIDES_VARIABLE = settings.VARIABLES["launch_overrides"]
+
+
+def test_suite_selection_and_profiles():
+    every = suite.discover()
+    assert every[0].name == "00_quickstart.ipynb"
+    assert all("L3_kernel" in str(p) for p in suite.discover(["L3"]))
+    assert parameters.parameters_for("cpu-smoke", every[0]) == {"smoke": True}
+    with pytest.raises(BadParameter, match="names no notebook"):
+        suite.discover(["L9"])
+    with pytest.raises(BadParameter, match="unknown parameter profile"):
+        parameters.parameters_for("tpu", every[0])
+    assert suite.default_profile("cpu-intel-xeon") == "cpu-smoke" and suite.default_profile("h200") == "h200"
+    # a notebook's own entry overrides "*"; relative paths resolve; a notebook outside notebooks/ gets "*"
+    triangle = Path(os.path.relpath(suite.NOTEBOOKS / "L2_engine" / "batch_triangle.ipynb"))
+    assert parameters.parameters_for("h200", triangle)["grid"].startswith("8,")
+    assert parameters.parameters_for("h200", every[0]) == {}
+    assert parameters.parameters_for("cpu-smoke", Path("/elsewhere/x.ipynb")) == {"smoke": True}
+
+
+def test_executed_copies_are_named_after_their_notebook():
+    nb = suite.NOTEBOOKS / "L3_kernel" / "cuda_graphs.ipynb"
+    assert suite._slug(nb) == "L3_kernel__cuda_graphs"
+
+
+def test_parse_overrides():
+    assert suite.parse_overrides(["enforce_eager=true", "max_num_seqs=64", "attention_backend=TRITON_ATTN"]) == {
+        "enforce_eager": True, "max_num_seqs": 64, "attention_backend": "TRITON_ATTN"}
+    assert suite.parse_overrides([]) == {}
+    assert suite.parse_overrides(["L3_kernel/profile_hotspots:enforce_eager=true"]) == {
+        "L3_kernel/profile_hotspots:enforce_eager": True}
+
+
+def test_a_scoped_override_reaches_only_the_notebooks_it_names(tmp_path, monkeypatch):
+    overrides = {"L3_kernel/profile_hotspots:enforce_eager": True, "max_num_seqs": 8}
+    hotspots, quickstart = suite.discover(["L3_kernel/profile_hotspots"])[0], suite.discover(["00_quickstart"])[0]
+    assert suite.overrides_for(overrides, hotspots) == {"enforce_eager": True, "max_num_seqs": 8}
+    assert suite.overrides_for(overrides, quickstart) == {"max_num_seqs": 8}
+    # a scope outside the run's selection would change nothing: refused before any run folder exists
+    monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path))
+    with pytest.raises(BadParameter, match="names none of this run's notebooks"):
+        suite.run_suite(["00_quickstart"], "cpu-smoke", overrides=overrides, progress=False)
+    with pytest.raises(BadParameter, match="unknown knob"):
+        suite.run_suite(["L3_kernel/profile_hotspots"], "cpu-smoke", progress=False,
+                        overrides={"L3_kernel/profile_hotspots:eager": True})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("items", [["enforce_eager"], ["=1"], ["L3:=1"]])
+def test_an_override_without_a_value_is_a_clear_error(items):
+    with pytest.raises(BadParameter, match="KNOB=VALUE"):
+        suite.parse_overrides(items)
+
+
+@pytest.mark.parametrize("items, words", [(["eager=true"], "unknown knob"), (["max_num_seqs=-1"], "positive")])
+def test_bad_override_fails_before_anything_runs(tmp_path, monkeypatch, items, words):
+    monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path))
+    with pytest.raises(BadParameter, match=words):
+        suite.run_suite(["00_quickstart"], "cpu-smoke", overrides=suite.parse_overrides(items), progress=False)
+    assert list(tmp_path.iterdir()) == []  # no run folder was made
+
+
+def test_resume_runs_only_the_notebooks_of_the_interrupted_run(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "suite.json").write_text(json.dumps({"profile": "cpu-smoke", "hardware_key": "cpu-x",
+                                                "notebooks": ["00_quickstart.ipynb"], "overrides": {"max_num_seqs": 4}}))
+    (run / "00_quickstart.status.json").write_text(json.dumps({"status": "ok"}))
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))  # restored after the test
+    executed = []
+    monkeypatch.setattr("papermill.execute_notebook", lambda nb, *a, **k: executed.append(nb))
+    # every notebook of this run is done: nothing executes (the other notebooks are not this run's)
+    assert suite.run_suite(run_dir=run, progress=False) == run
+    assert executed == []
+
+
+def test_each_notebook_runs_with_the_overrides_that_reach_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path))
+    monkeypatch.delenv("LABKIT_RESULTS_DIR", raising=False)
+    monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, "")  # restored after the test
+    seen = {}
+    monkeypatch.setattr("papermill.execute_notebook",
+                        lambda nb, *a, **k: seen.update({Path(nb).stem: json.loads(os.environ[LAUNCH_OVERRIDES_VARIABLE])}))
+    run = suite.run_suite(["00_quickstart", "L3_kernel/profile_hotspots"], "cpu-smoke", progress=False,
+                          overrides={"L3_kernel/profile_hotspots:enforce_eager": True, "max_num_seqs": 8})
+    assert seen == {"00_quickstart": {"max_num_seqs": 8}, "profile_hotspots": {"enforce_eager": True, "max_num_seqs": 8}}
+    assert os.environ[LAUNCH_OVERRIDES_VARIABLE] == "" and "LABKIT_RESULTS_DIR" not in os.environ  # restored
+    assert json.loads((run / "suite.json").read_text())["overrides"] == {
+        "L3_kernel/profile_hotspots:enforce_eager": True, "max_num_seqs": 8}
+
+
+def test_a_resumed_run_keeps_its_overrides(tmp_path):
+    (tmp_path / "suite.json").write_text(json.dumps({"profile": "cpu-smoke", "notebooks": ["00_quickstart.ipynb"],
+                                                     "overrides": {}}))
+    with pytest.raises(BadParameter, match="a resumed run keeps"):
+        suite.run_suite(run_dir=tmp_path, progress=False, overrides={"enforce_eager": True})
