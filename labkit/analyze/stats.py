@@ -195,17 +195,23 @@ def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, th
     return compare_groups(groups(results, baseline_arm, m), groups(results, candidate_arm, m), m, threshold)
 
 
-def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None, threshold: float = 0.0) -> pd.DataFrame:
-    """Every other complete arm against the baseline arm, one row per arm and metric."""
+class ArmComparisons(list):
+    """(arm, baseline arm, Comparison) for every other arm and metric: prints as one sentence per line,
+    `.table()` gives the numbers as a DataFrame."""
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([{"arm": arm, "vs": vs, **c.__dict__} for arm, vs, c in self])
+
+    def __str__(self) -> str:
+        return "\n".join(f"{arm} vs {vs}: {c.sentence()}" for arm, vs, c in self)
+
+
+def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
+                 threshold: float = 0.0) -> ArmComparisons:
+    """Every other complete arm against the baseline arm, per metric, as printable comparisons."""
     names = metrics or VERDICT_METRICS
-    rows = []
-    for arm in results.complete_arms:
-        if arm == baseline_arm:
-            continue
-        for name in names:
-            c = compare(results, baseline_arm, arm, name, threshold)
-            rows.append({"arm": arm, "vs": baseline_arm, **c.__dict__})
-    return pd.DataFrame(rows)
+    return ArmComparisons((arm, baseline_arm, compare(results, baseline_arm, arm, name, threshold))
+                          for arm in results.complete_arms if arm != baseline_arm for name in names)
 
 
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:

@@ -73,4 +73,7 @@ def test_source_notebooks_are_clean_and_parameterised():
         tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path}: papermill needs exactly one cell tagged 'parameters'"
         assert "smoke: bool = False" in tagged[0].source, f"{path}: the parameters cell needs `smoke: bool = False`"
+        checks = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("# Checks")]
+        assert checks and all("checks" in c.metadata.get("tags", []) for c in checks), \
+            f"{path}: the checks cell is tagged 'checks' (a report can leave it out)"
         assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path} has outputs"

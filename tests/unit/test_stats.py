@@ -205,7 +205,10 @@ def test_replicates_reproducible_and_empty():
 
 
 def test_compare_arms_table(pair):
-    table = stats.compare_arms(pair, "base", metrics=["output_tok_s", "ttft_p50_ms"])
+    comparisons = stats.compare_arms(pair, "base", metrics=["output_tok_s", "ttft_p50_ms"])
+    assert str(comparisons).splitlines()[1].startswith("fast vs base: ttft_p50_ms: ")
+    assert str(comparisons).splitlines()[1].endswith(": better")
+    table = comparisons.table()
     assert table.arm.tolist() == ["fast", "fast"] and table.metric.tolist() == ["output_tok_s", "ttft_p50_ms"]
     assert (table.vs == "base").all()
     fast = table[(table.arm == "fast") & (table.metric == "ttft_p50_ms")].iloc[0]
