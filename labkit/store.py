@@ -126,6 +126,21 @@ class Results:
     def complete_arms(self) -> list[str]:
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
 
+    def arm_file(self, arm: str, name: str) -> Path:
+        """A file in one complete arm's stored folder (its trace, its arm.json). A name read from stored data
+        that would lead out of that folder is refused: a damaged or hand-edited store cannot point elsewhere."""
+        if arm not in self.complete_arms:
+            raise BadParameter(f"no complete arm {arm!r} in {self.name}; complete arms: {self.complete_arms}")
+        folder = (Path(self.path) / "arms" / arm).resolve()
+        target = (folder / name).resolve()
+        if not target.is_relative_to(folder):
+            raise BadParameter(f"{self.name}/{arm}: the stored name {name!r} points outside the arm's folder")
+        return target
+
+    def arm_spec(self, arm: str) -> dict:
+        """What the arm asked for (engine arguments, workloads, protocol), as stored with it."""
+        return json.loads(self.arm_file(arm, "arm.json").read_text())["spec"]
+
     def part(self, name: str) -> "Results":
         """The requests of one part of a Mix load (trials stay whole: they cover every part)."""
         parts = set(self.requests.get("part", pd.Series(dtype=object)).dropna())

@@ -31,7 +31,7 @@ def _platform_first_choice(results) -> str | None:
 def effective_config(results, arm: str) -> pd.DataFrame:
     """Every resolved setting of one arm, with the engine arguments that were asked for."""
     facts = _facts(results, arm).dropna()
-    spec = json.loads((results.path / "arms" / arm / "arm.json").read_text())["spec"]
+    spec = results.arm_spec(arm)
     lab = {"init_s", "seconds", "recorded_utc", "compiled", "cuda_graphs", "attention_backend_source"}
     rows = [{"setting": k, "value": v,
              "source": "knob" if k.startswith("knob.") else "measured by the lab" if k in lab else "resolved by vLLM"}

@@ -213,7 +213,7 @@ def arm_trace(results, arm: str) -> Path:
     trace = None if row is None else row.get("profile_trace")
     if not isinstance(trace, str):
         raise BadParameter(f"arm {arm!r} has no profiler trace: measure it with lk.Protocol(profile_requests=N)")
-    return results.path / "arms" / arm / trace
+    return results.arm_file(arm, trace)
 
 
 def profile_arms(results, top: int = 10) -> dict[str, dict]:

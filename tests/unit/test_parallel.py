@@ -85,10 +85,6 @@ def test_tp2_absent_is_not_measurable(gen):
     assert v.status == parallel.NOT_MEASURABLE and "'tp2' is not measured" in v.advice
 
 
-def test_the_threshold_is_15_percent():
-    assert parallel.TP_RULE_THRESHOLD == 0.15
-
-
 # ---- throughput per GPU ---------------------------------------------------------------------------------
 def _three_arms(gen, dp_tok_s=(180.0, 182.0, 178.0)):
     return make({"tp1": _arm("tp1", gen, tok_s=(100.0, 102.0, 98.0)),

@@ -1,0 +1,88 @@
+"""Plots draw what the results hold: one panel per metric, bars at the summary values, preempting settings
+marked, one curve per arm, prefill windows shaded (constructed results, Agg backend, no engine)."""
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402
+
+from labkit.present import plots  # noqa: E402
+from labkit.store import Results  # noqa: E402
+
+from test_interference import constructed  # noqa: E402
+
+
+def results(arms=("b4", "b8"), preempting=("b8",), loads=("c1",)):
+    gen = np.random.default_rng(0)
+    requests, trials = [], []
+    for scale, arm in enumerate(arms, start=1):
+        for load in loads:
+            for trial in range(3):
+                for i in range(20):
+                    gaps = list(5.0 * scale * gen.lognormal(0, 0.05, size=8))
+                    requests.append({"arm": arm, "load": load, "trial": trial, "request": i, "ttft_ms": 50.0 * scale,
+                                     "tpot_ms": float(np.mean(gaps)), "e2e_ms": 50.0 * scale + sum(gaps),
+                                     "itl_ms": gaps, "prompt_tokens": 32, "output_tokens": 9})
+                trials.append({"arm": arm, "load": load, "trial": trial, "output_tok_s": 100.0 * scale + trial,
+                               "preemptions": 2 if arm in preempting else 0})
+    frame = pd.DataFrame([{"arm": a, "status": "complete"} for a in arms])
+    return Results("plots", None, {"arms": {a: {} for a in arms}}, frame, pd.DataFrame(requests),
+                   pd.DataFrame(trials), {})
+
+
+def test_arm_comparison_draws_each_metric_with_its_bars_at_the_summary_values():
+    summary = pd.DataFrame([
+        {"arm": "a", "metric": "output_tok_s", "value": 100.0, "ci_low": 90.0, "ci_high": 110.0},
+        {"arm": "b", "metric": "output_tok_s", "value": 150.0, "ci_low": 140.0, "ci_high": 160.0},
+        {"arm": "a", "metric": "ttft_p50_ms", "value": 20.0, "ci_low": 19.0, "ci_high": 21.0},
+        {"arm": "b", "metric": "ttft_p50_ms", "value": 30.0, "ci_low": 28.0, "ci_high": 32.0}])
+    fig = plots.arm_comparison(None, summary=summary)
+    throughput, ttft = fig.axes
+    assert [bar.get_height() for bar in throughput.patches] == [100.0, 150.0]
+    assert [bar.get_height() for bar in ttft.patches] == [20.0, 30.0]
+    assert "higher is better" in throughput.get_title() and "lower is better" in ttft.get_title()
+    assert [t.get_text() for t in throughput.get_xticklabels()] == ["a", "b"]
+
+
+def test_batch_triangle_marks_the_preempting_setting_and_draws_the_slo():
+    fig = plots.batch_triangle(results(), {"b4": 4, "b8": 8}, slo=30.0)
+    ax = fig.axes[0]
+    colours = [to_hex(c.get_facecolor()[0] if len(c.get_facecolor()) else c.get_edgecolor()[0])
+               for c in ax.collections]
+    assert colours == [to_hex("tab:blue"), to_hex("tab:red")]
+    assert [t.get_text() for t in ax.texts] == ["4", "8"]
+    assert ax.get_lines()[0].get_xdata()[0] == 30.0
+    # the points sit at the arms' throughput: 100, 101, 102 tok/s for b4 -> 101 (mean of trials)
+    assert ax.collections[0].get_offsets()[0][1] == pytest.approx(101.0)
+
+
+def test_latency_cdf_has_one_curve_per_arm_reaching_one():
+    fig = plots.latency_cdf(results(), "itl_ms")
+    lines = fig.axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["b4", "b8"]
+    assert all(line.get_ydata()[-1] == pytest.approx(1.0) for line in lines)
+    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_ylabel() == "fraction of tokens"
+
+
+def test_metric_by_load_puts_the_loads_on_the_x_axis():
+    fig = plots.metric_by_load(results(loads=("c1", "c8")), "output_tok_s")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["c1", "c8"]
+    assert ax.get_legend_handles_labels()[1] == ["b4", "b8"]
+
+
+def test_tbt_timeline_shades_the_prefill_window_and_reds_the_gaps_inside():
+    fig = plots.tbt_timeline(constructed(), "a")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 1  # one long prompt in prefill
+    colours = [to_hex(c) for c in ax.collections[0].get_facecolor()]
+    assert colours.count(to_hex("tab:red")) == 2 * 5  # the gaps that ended inside the window
+
+
+def test_tradeoff_labels_every_arm():
+    table = pd.DataFrame({"arm": ["x", "y"], "gain": [1.0, 2.0], "cost": [3.0, 1.0]})
+    ax = plots.tradeoff(table, "gain", "cost").axes[0]
+    assert [t.get_text() for t in ax.texts] == ["x", "y"]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("gain", "cost")
