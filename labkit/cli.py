@@ -43,7 +43,8 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
                        report: str | None = None) -> int:
     """Compare a suite run with its baseline (the pinned run and its replicates unless named), write the report,
     print the verdicts; the exit status."""
-    from labkit.suite.baseline import baseline_runs, caution, compare_runs, environment_diff, suite_meta
+    from labkit.suite.baseline import baseline_runs, caution, compare_runs
+    from labkit.suite.runs import environment_diff, suite_meta
     from labkit.present.report import write_report
 
     bases = [Path(b) for b in baseline] if baseline else baseline_runs(suite_meta(run)["hardware_key"])
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(fingerprint(), indent=2))
         elif args.command == "suite":
             from labkit.suite import journal, notebooks as suite_mod
-            from labkit.suite.baseline import suite_meta
+            from labkit.suite.runs import suite_meta
             overrides = suite_mod.parse_overrides(args.override)
             run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides)
             journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))

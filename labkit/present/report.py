@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit.suite.baseline import caution, experiments, suite_meta
+from labkit.suite.baseline import caution
+from labkit.suite.runs import experiments, suite_meta
 from labkit.store import load
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;

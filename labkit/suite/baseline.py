@@ -24,21 +24,10 @@ from labkit.analyze.stats import VERDICT_METRICS, compare_groups, groups, metric
 from labkit.analyze.stats import verdict as stats_verdict
 from labkit.store import ExperimentStore, load, spec_hash
 from labkit.files import write_json_atomic
+from labkit.suite.runs import experiments, suite_meta
 
 _VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
             "too few trials": "too few trials to judge"}
-
-
-def suite_meta(run: str | Path) -> dict:
-    path = Path(run) / "suite.json"
-    if not path.exists():
-        raise BadParameter(f"{run} is not a suite run (no suite.json): make one with `labkit suite`")
-    return json.loads(path.read_text())
-
-
-def experiments(run: str | Path) -> list[str]:
-    root = Path(run) / "results"
-    return sorted(p.parent.name for p in root.glob("*/experiment.json")) if root.exists() else []
 
 
 def pin(run: str | Path, root: Path | None = None, replicate: bool = False) -> Path:
@@ -168,33 +157,3 @@ def caution(comparison: pd.DataFrame) -> str | None:
     return (f"{len(moved)} verdicts on arms launched exactly as in the baseline ({arms}): the machine moved "
             "between the runs as well as the configuration, so the changed arms' verdicts hold both; rerun "
             "both sides on a quiet machine before reading them as the change's effect")
-
-
-HOST_LOAD = "host: other processes' busy cores during trials"
-
-
-def other_cores(run: str | Path) -> float | None:
-    """The mean over the run's trials of the cores kept busy by processes outside the engine (None when no
-    trial recorded it: runs made before it was measured)."""
-    values = pd.concat([load(name, Path(run) / "results").trials.get("host_other_cores", pd.Series(dtype=float))
-                        for name in experiments(run)] or [pd.Series(dtype=float)]).dropna()
-    return round(float(values.mean()), 1) if len(values) else None
-
-
-def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
-    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides, and
-    other work on the host when it differs by half a core or more."""
-    def flat(meta: dict) -> dict:
-        env = meta["environment"]
-        out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
-                                       "python", "os")}
-        out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
-        out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
-        out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})
-        return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
-    a, b = flat(suite_meta(baseline)), flat(suite_meta(run))
-    loads = other_cores(baseline), other_cores(run)
-    if None not in loads and abs(loads[0] - loads[1]) >= 0.5:
-        a[HOST_LOAD], b[HOST_LOAD] = loads
-    return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
-                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)], columns=["what", "baseline", "run"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import settings
-from labkit.suite.baseline import experiments
+from labkit.suite.runs import experiments
 from labkit.store import load
 
 

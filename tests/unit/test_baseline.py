@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from labkit.suite import baseline, journal
+from labkit.suite import baseline, journal, runs
 from labkit import cli
 from labkit.errors import BadParameter, StoreConflict
 from labkit.store import ExperimentStore
@@ -83,7 +83,7 @@ def test_environment_diff_names_what_changed(tmp_path):
     changed = {**ENV, "driver": "590", "packages": {"vllm": "0.27.0"}, "tuning_variables": {"VLLM_X": "1"},
                "cpu_signature": "family 6 model 173 stepping 1"}
     run = make_run(tmp_path / "run", {}, env=changed)
-    diff = baseline.environment_diff(run, base).set_index("what")
+    diff = runs.environment_diff(run, base).set_index("what")
     assert diff.loc["cpu_signature", "run"] == "family 6 model 173 stepping 1"
     assert diff.loc["driver", "run"] == "590" and diff.loc["package vllm", "baseline"] == "0.26.0"
     assert diff.loc["variable VLLM_X", "run"] == "1" and "gpus" not in diff.index
@@ -117,8 +117,8 @@ def test_control_arms_that_moved_are_named(tmp_path, capsys):
     assert "hot/eager" in baseline.caution(table) and "hot/graphs" not in baseline.caution(table)
     assert baseline.caution(baseline.compare_runs(steady, base)) is None
     # the busy host shows among the environment's changes; a 0.3-core difference is not a change
-    assert baseline.environment_diff(drifted, base).set_index("what").loc[baseline.HOST_LOAD].tolist() == [0.3, 11.0]
-    assert baseline.HOST_LOAD not in set(baseline.environment_diff(steady, base).what)
+    assert runs.environment_diff(drifted, base).set_index("what").loc[runs.HOST_LOAD].tolist() == [0.3, 11.0]
+    assert runs.HOST_LOAD not in set(runs.environment_diff(steady, base).what)
     # a rerun with no configuration change (an upgrade) has no controls: every move is the finding
     assert baseline.caution(baseline.compare_runs(make_run(tmp_path / "upgrade", {"hot": {
         "eager": (32.0, 360.0, 7), "graphs": (6.0, 1200.0, 8)}}, knobs={"eager": {"enforce_eager": True}}), base)) is None

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from labkit.suite import baseline
+from labkit.suite import runs
 from labkit.errors import BadParameter
 from labkit import settings
 from labkit.experiment import Experiment, launch_overrides
@@ -64,7 +64,7 @@ def test_environment_diff_names_the_override(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "suite.json").write_text(json.dumps({"hardware_key": "h200", "environment": env,
                                                                 "overrides": overrides}))
-    diff = baseline.environment_diff(tmp_path / "run", tmp_path / "base")
+    diff = runs.environment_diff(tmp_path / "run", tmp_path / "base")
     assert diff.to_dict("records") == [{"what": "launch override enforce_eager", "baseline": None, "run": True}]
 
 

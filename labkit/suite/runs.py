@@ -1,0 +1,55 @@
+"""A suite run's folder, read: its suite.json, the experiments it stored, the host load during its trials,
+and what changed around the engine against another run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from labkit.errors import BadParameter
+from labkit.store import load
+
+
+def suite_meta(run: str | Path) -> dict:
+    """The run's suite.json: profile, hardware key, notebooks, overrides and environment."""
+    path = Path(run) / "suite.json"
+    if not path.exists():
+        raise BadParameter(f"{run} is not a suite run (no suite.json): make one with `labkit suite`")
+    return json.loads(path.read_text())
+
+
+def experiments(run: str | Path) -> list[str]:
+    """The names of the experiments the run stored."""
+    root = Path(run) / "results"
+    return sorted(p.parent.name for p in root.glob("*/experiment.json")) if root.exists() else []
+
+
+HOST_LOAD = "host: other processes' busy cores during trials"
+
+
+def other_cores(run: str | Path) -> float | None:
+    """The mean over the run's trials of the cores kept busy by processes outside the engine (None when no
+    trial recorded it: runs made before it was measured)."""
+    values = pd.concat([load(name, Path(run) / "results").trials.get("host_other_cores", pd.Series(dtype=float))
+                        for name in experiments(run)] or [pd.Series(dtype=float)]).dropna()
+    return round(float(values.mean()), 1) if len(values) else None
+
+
+def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
+    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides, and
+    other work on the host when it differs by half a core or more."""
+    def flat(meta: dict) -> dict:
+        env = meta["environment"]
+        out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
+                                       "python", "os")}
+        out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
+        out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
+        out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})
+        return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
+    a, b = flat(suite_meta(baseline)), flat(suite_meta(run))
+    loads = other_cores(baseline), other_cores(run)
+    if None not in loads and abs(loads[0] - loads[1]) >= 0.5:
+        a[HOST_LOAD], b[HOST_LOAD] = loads
+    return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
+                         for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)], columns=["what", "baseline", "run"])
