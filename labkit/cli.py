@@ -16,6 +16,8 @@ def _value(text: str):
 
 
 def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None = None) -> Path:
+    """The path of the executed copy of the notebook, run by papermill with its parameters checked first
+    (by default into a new UTC-stamped folder under the runs folder)."""
     import papermill
 
     from labkit.measure.environment import hardware_key
@@ -72,6 +74,8 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `labkit` command line; the exit status: 0, 2 on a lab error, and for `suite` and `compare` 1 on a
+    regression, 3 on a failed notebook."""
     from labkit.errors import LabkitError
 
     parser = argparse.ArgumentParser(prog="labkit", description="the vLLM tuning lab")

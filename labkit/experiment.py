@@ -39,12 +39,16 @@ def launch_overrides() -> dict:
 
 
 def default_model(platform: Platform | None = None) -> str:
+    """The model of `model="auto"`: llama3-8b on a GPU, tiny-llama on a CPU."""
     platform = platform or current_platform()
     return "llama3-8b" if platform.kind == "cuda" else "tiny-llama"
 
 
 @dataclass
 class Experiment:
+    """An experiment's definition: its arms, loads, model, deployment context, shared and forced knobs and
+    protocol, checked on creation, with the store its results go to."""
+
     name: str
     arms: dict[str, dict]  # arm name -> knobs that differ from `base`
     workload: Workload | Mix | dict[str, Workload | Mix]  # one load, or several named loads measured on each engine
@@ -66,9 +70,9 @@ class Experiment:
         if not self.loads or not all(isinstance(w, (Workload, Mix)) for w in self.loads.values()):
             raise BadParameter("workload must be a labkit Workload or a non-empty dict of named Workloads, got "
                                f"{self.workload!r}")
-        for name, load in self.loads.items():
+        for name, workload in self.loads.items():
             check_name(name, "load")
-            for part in getattr(load, "parts", {}):  # a Mix names its parts
+            for part in getattr(workload, "parts", {}):  # a Mix names its parts
                 check_name(part, f"part of load {name!r}")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
@@ -85,6 +89,7 @@ class Experiment:
 
     # ---- planning (no engine) ------------------------------------------------------------------
     def plans(self) -> dict[str, ArmPlan]:
+        """Each arm's plan: base, own and override knobs translated to engine arguments, or why it cannot run here."""
         return {arm: self._plan(arm, {**self.base, **knobs}) for arm, knobs in self.arms.items()}
 
     def _plan(self, arm: str, knobs: dict) -> ArmPlan:
@@ -118,6 +123,8 @@ class Experiment:
                                f"max_model_len is {limit}; shorten the lengths or raise max_model_len")
 
     def arm_spec(self, plan: ArmPlan, ref: ModelRef) -> dict:
+        """What an arm is stored with and checked against on resume: model, shape, context, knobs, engine arguments
+        (all but the model path), workloads and protocol."""
         args = {k: v for k, v in self._engine_args(plan, ref).items() if k != "model"}
         return {"model": self.model, "shape": ref.to_dict()["shape"], "context": self.context, "knobs": plan.knobs,
                 "engine_args": args, "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__}

@@ -29,6 +29,8 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
+    """The lab's folders (results, suite runs, baselines, models, journal) and the knobs forced onto every arm."""
+
     results_dir: Path = ROOT / "data" / "results"  # experiment stores (a suite run has its own)
     runs_dir: Path = ROOT / "data" / "runs"  # suite runs and `labkit run` outputs, one UTC-stamped folder each
     baselines_dir: Path = ROOT / "data" / "baselines"  # pinned suite runs, one folder per hardware key
@@ -52,6 +54,7 @@ class Settings:
         return {VARIABLES[name]: value for name, value in values.items()}
 
     def replace(self, **changes) -> "Settings":
+        """A copy of these settings with the given fields changed."""
         return dataclasses.replace(self, **changes)
 
 

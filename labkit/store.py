@@ -31,12 +31,14 @@ _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+
 
 
 def check_name(name: str, what: str) -> str:
+    """The name, when it is safe as a folder name; otherwise BadParameter says what a `what` name may hold."""
     if not name or not set(name) <= _SAFE or name.startswith("."):
         raise BadParameter(f"{what} name {name!r} must be letters, digits and - _ . = + (used as a folder name)")
     return name
 
 
 def spec_hash(spec: dict) -> str:
+    """The first 16 hex digits of the SHA-256 of the spec as sorted JSON: equal for equal specs."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -52,14 +54,17 @@ class ExperimentStore:
         self.path = Path(root or settings.current().results_dir) / name
 
     def arm_dir(self, arm: str) -> Path:
+        """The folder a complete arm is stored in."""
         return self.path / "arms" / arm
 
     def begin(self, spec: dict) -> None:
+        """Create the experiment's folder and write the spec to experiment.json, unless one is there already."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not (self.path / "experiment.json").exists():
             write_json_atomic(self.path / "experiment.json", spec)
 
     def completed_spec(self, arm: str) -> dict | None:
+        """The spec a complete arm was measured with, or None when the arm is not complete."""
         meta = self.arm_dir(arm) / "arm.json"
         return json.loads(meta.read_text())["spec"] if meta.exists() else None
 
@@ -76,11 +81,14 @@ class ExperimentStore:
         return True
 
     def new_workdir(self, arm: str) -> Path:
+        """A new, uniquely named folder under .work/ for one attempt at an arm."""
         work = self.path / ".work" / f"{arm}-{uuid.uuid4().hex[:8]}"
         work.mkdir(parents=True)
         return work
 
     def commit_arm(self, arm: str, workdir: Path, meta: dict) -> Path:
+        """The arm's folder, once arm.json is written and the workdir renamed to it; an arm already stored
+        there raises StoreConflict."""
         write_json_atomic(workdir / "arm.json", meta)
         target = self.arm_dir(arm)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +101,7 @@ class ExperimentStore:
         return target
 
     def record_failure(self, arm: str, workdir: Path, meta: dict) -> Path:
+        """The failure's folder under failures/, once failure.json is written and the workdir renamed to it."""
         write_json_atomic(workdir / "failure.json", meta)
         target = self.path / "failures" / f"{arm}-{_utc_stamp()}"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +109,7 @@ class ExperimentStore:
         return target
 
     def record_skip(self, arm: str, meta: dict) -> None:
+        """Write why an arm cannot run here to skipped/<arm>.json, unless a record is there already."""
         target = self.path / "skipped" / f"{arm}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
@@ -124,6 +134,7 @@ class Results:
 
     @property
     def complete_arms(self) -> list[str]:
+        """The names of the complete arms, in the experiment's order."""
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
 
     def arm_file(self, arm: str, name: str) -> Path:
@@ -156,6 +167,7 @@ class Results:
 
     @property
     def loads(self) -> list[str]:
+        """The load names of the trials, in first-seen order; empty when no load is named."""
         return list(dict.fromkeys(self.trials["load"])) if "load" in self.trials else []
 
     def per_load(self) -> list[tuple[str, "Results"]]:
@@ -173,6 +185,8 @@ class Results:
 
 
 def load(name: str, root: str | Path | None = None) -> Results:
+    """An experiment's stored results: its complete arms with their requests and trials, the latest failure of
+    each arm that never completed, and the arms not applicable here."""
     store = ExperimentStore(name, root)
     if not (store.path / "experiment.json").exists():
         raise BadParameter(f"no stored experiment {name!r} under {store.path.parent}")

@@ -13,6 +13,8 @@ from labkit.errors import BadParameter
 
 
 def prefill_windows(results, arm: str, injected: str = "long") -> pd.DataFrame:
+    """One row per injected request of the arm: its trial and its prefill window on the trial's clock, from
+    submission (start_s) to first token (end_s, NaN when none came)."""
     req = results.requests
     long = req[(req.arm == arm) & (req.get("part") == injected)]
     if long.empty:
@@ -40,6 +42,8 @@ def stream_gaps(results, arm: str, streams: str = "streams", injected: str = "lo
 
 
 def interference(results, arm: str, streams: str = "streams", injected: str = "long") -> dict:
+    """One arm's stream TBT P99 inside and outside long prefills, their ratio, the number of gaps in each, and
+    the injected requests' median TTFT."""
     gaps = stream_gaps(results, arm, streams, injected)
     inside, outside = gaps[gaps.inside].gap_ms, gaps[~gaps.inside].gap_ms
     p99_in = float(np.percentile(inside, 99)) if len(inside) else float("nan")
@@ -52,6 +56,7 @@ def interference(results, arm: str, streams: str = "streams", injected: str = "l
 
 
 def interference_table(results, streams: str = "streams", injected: str = "long") -> pd.DataFrame:
+    """`interference` for every complete arm, one row each."""
     return pd.DataFrame([interference(results, arm, streams, injected) for arm in results.complete_arms])
 
 

@@ -12,6 +12,7 @@ GIB = 2**30
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str, dtype: str) -> float:
+    """KV-cache bytes of one token of this shape at the arm's kv_cache_dtype ("auto": the model's dtype)."""
     return shape.kv_bytes_per_token(kv_bytes(kv_cache_dtype, dtype))
 
 

@@ -48,12 +48,15 @@ def _status(results, arm: str) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class TPVerdict:
+    """The 15 % rule's outcome: its status, the advice in words, the comparisons it rests on and the threshold."""
+
     status: str  # FIRES, PASSES, UNDECIDED or NOT_MEASURABLE
     advice: str
     comparisons: tuple[stats.Comparison, ...] = ()
     threshold: float = TP_RULE_THRESHOLD
 
     def sentence(self) -> str:
+        """The status and advice on one line, then the CI rule and one line per comparison (when there are any)."""
         lines = [f"TP=2 vs TP=1, single request: {self.status}: {self.advice}"]
         if self.comparisons:
             lines.append(f"  (a verdict below needs the whole 95 % CI beyond +/-{self.threshold:.0%})")
@@ -61,6 +64,7 @@ class TPVerdict:
         return "\n".join(lines)
 
     def table(self) -> pd.DataFrame:
+        """The comparisons as a DataFrame, with `beyond_rule`: whether the whole CI lies above the threshold."""
         return pd.DataFrame([{**c.__dict__, "beyond_rule": c.ci_low > self.threshold} for c in self.comparisons])
 
 

@@ -11,6 +11,7 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4,
 
 
 def dtype_bytes(dtype) -> float:
+    """Bytes per element of a dtype name; 2 (bf16, vLLM's usual default) for one not in the table."""
     return DTYPE_BYTES.get(str(dtype), 2)  # an unrecorded dtype is vLLM's usual default, bf16
 
 
@@ -24,6 +25,7 @@ class WeightBytes:
 
     @classmethod
     def of(cls, value: "float | WeightBytes") -> "WeightBytes":
+        """`value` itself when it is a WeightBytes, else one with `value` bytes for every weight."""
         return value if isinstance(value, WeightBytes) else cls(value, value)
 
     def loaded(self, shape: ModelShape) -> float:
@@ -40,12 +42,15 @@ class WeightBytes:
 
 
 def weight_bytes(dtype, quantization) -> WeightBytes:
+    """Bytes per weight for a dtype and quantization: fp8 makes the projections 1 byte, the rest keeps the
+    dtype's size."""
     model = dtype_bytes(dtype)
     # vLLM's fp8 converts only the linear layers: the H200 loaded 8.49 GiB of Llama-3-8B, not all-fp8's 7.48
     return WeightBytes(1 if quantization == "fp8" else model, model)
 
 
 def kv_bytes(kv_cache_dtype, dtype) -> float:
+    """Bytes per KV-cache element: kv_cache_dtype's, or the model dtype's when it is "auto" or unset."""
     # "auto" is the model's dtype, whatever the weights were quantized to
     unset = not isinstance(kv_cache_dtype, str) or kv_cache_dtype == "auto"  # None or a missing fact too
     return dtype_bytes(dtype if unset else kv_cache_dtype)

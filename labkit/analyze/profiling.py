@@ -89,6 +89,8 @@ def device_events(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def categorize(name: str, cat: str | None = None) -> str:
+    """The category of a kernel or operator name by the first rule it matches ("memory copy" for GPU
+    memcpy/memset events), else "other"."""
     if cat is not None and cat.lower() in ("gpu_memcpy", "gpu_memset"):
         return "memory copy"
     for label, pattern in _COMPILED:
@@ -188,6 +190,8 @@ def bottleneck(shares_df: pd.DataFrame) -> tuple[str, str]:
 
 
 def analyse(path: str | Path, top: int = 15) -> dict:
+    """One trace analysed: its source (GPU kernels or CPU operators), window_ms, the heaviest kernels, the time
+    shares, the gap statistics and the bottleneck (verdict, rule that fired)."""
     events, source = device_events(load_trace(path))
     shares = time_shares(events)
     gaps = gap_stats(events)

@@ -42,6 +42,8 @@ GPU_PEAKS = {
 
 @dataclass(frozen=True)
 class Peaks:
+    """A device's peak memory bandwidth (GB/s) and dense FLOP rate (TFLOP/s), and where the figures came from."""
+
     device: str
     mem_bw_gbs: float
     tflops: float
@@ -49,6 +51,7 @@ class Peaks:
 
 
 def gpu_peaks(name: str) -> Peaks | None:
+    """The datasheet peaks of the most specific table entry the GPU name contains, or None."""
     lowered = name.lower()
     for key in sorted(GPU_PEAKS, key=len, reverse=True):  # most specific name first
         if key in lowered:
@@ -75,6 +78,8 @@ def decode_step_floor_s(shape: ModelShape, peaks: Peaks, batch: float, context_t
 
 def prefill_floor_s(shape: ModelShape, peaks: Peaks, tokens: float,
                     weight_bytes: float | WeightBytes = 2) -> float:
+    """The floor of one prefill over `tokens` tokens, in seconds: its compute at peak FLOP/s or the read of
+    its weights at peak bandwidth, whichever takes longer."""
     compute = 2 * shape.matmul_params * tokens / (peaks.tflops * 1e12)
     return max(compute, WeightBytes.of(weight_bytes).read(shape, tokens) / (peaks.mem_bw_gbs * 1e9))
 

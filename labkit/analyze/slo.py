@@ -22,6 +22,9 @@ Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low,
 
 @dataclass
 class SloResult:
+    """The outcome of an SLO search: the recommended and the largest meeting setting, the constraint that binds
+    above it, every measurement taken and what the search cost."""
+
     answer: int | None  # the recommended setting (None: nothing meets the SLOs)
     largest_meeting: int | None
     engine_starts: int
@@ -31,6 +34,7 @@ class SloResult:
     from_store: int = 0  # settings the search read from results already stored: no engine started for them
 
     def sentence(self, knob: str = "max_num_seqs") -> str:
+        """One line: the recommended setting (or that none meets the SLOs), the binding constraint and the starts."""
         starts = f"{self.engine_starts} engine starts" + (
             f" and {self.from_store} settings read from the store" if self.from_store else "")
         if self.answer is None:
@@ -41,6 +45,7 @@ class SloResult:
 
 
 def check_slos(slos: dict[str, float]) -> None:
+    """Reject an empty set of SLOs, a metric that is not a latency, or a limit that is not positive."""
     if not slos:
         raise BadParameter("give at least one SLO, e.g. {'tbt_p99_ms': 50}")
     for name, limit in slos.items():
@@ -57,6 +62,8 @@ def violations(measurement: Measurement, slos: dict[str, float]) -> list[str]:
 
 
 def search(evaluate: Callable[[int], Measurement], grid: list[int], slos: dict[str, float]) -> SloResult:
+    """The largest grid value that meets every SLO, found by binary search and backed off one notch, as an
+    SloResult that keeps every measurement taken."""
     check_slos(slos)
     grid = sorted(set(grid))
     if not grid or any(not isinstance(v, int) or v < 1 for v in grid):

@@ -18,6 +18,9 @@ N_BOOT = 1000
 
 @dataclass(frozen=True)
 class Metric:
+    """What a metric is: the level it is measured at, the column it reads, its percentile (None: the mean),
+    which direction is better, and its meaning in words."""
+
     name: str
     level: str  # "trial", "request" or "token"
     column: str
@@ -53,6 +56,7 @@ VERDICT_METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
 
 
 def metric(name: str) -> Metric:
+    """The Metric of that name; an unknown name raises BadParameter listing the known ones."""
     if name not in METRICS:
         raise BadParameter(f"unknown metric {name!r}; known: {sorted(METRICS)}")
     return METRICS[name]
@@ -101,6 +105,7 @@ def replicates(data: list[np.ndarray], m: Metric, n_boot: int = N_BOOT, seed: in
 
 
 def point(data: list[np.ndarray], m: Metric) -> float:
+    """The metric's statistic over every trial's values pooled; NaN when there are none."""
     return _stat(np.concatenate(data), m) if data else float("nan")
 
 
@@ -123,6 +128,8 @@ def summarize(results, metrics: list[str] | None = None, confidence: float = 0.9
 
 @dataclass(frozen=True)
 class Comparison:
+    """A candidate against a baseline on one metric: both values, the relative change, its CI and the verdict."""
+
     metric: str
     baseline: float
     candidate: float
@@ -133,6 +140,7 @@ class Comparison:
     threshold: float = 0.0  # the smallest change that counted
 
     def sentence(self) -> str:
+        """One line: both values, the relative change with its 95 % CI, and the verdict."""
         verdict = self.verdict
         if verdict == "no detectable difference" and self.threshold and (self.ci_low > 0 or self.ci_high < 0):
             # the CI excludes no change, but not the band within the threshold: say so, not "no difference"
@@ -188,6 +196,7 @@ def t_quantile(df: int) -> float:
 
 
 def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, threshold: float = 0.0) -> Comparison:
+    """`compare_groups` on one metric between two complete arms of the results."""
     for arm in (baseline_arm, candidate_arm):
         if arm not in results.complete_arms:
             raise BadParameter(f"arm {arm!r} has no complete results; complete arms: {results.complete_arms}")
@@ -200,6 +209,7 @@ class ArmComparisons(list):
     `.table()` gives the numbers as a DataFrame."""
 
     def table(self) -> pd.DataFrame:
+        """The comparisons as a DataFrame: one row per arm and metric, with the arm it was compared against."""
         return pd.DataFrame([{"arm": arm, "vs": vs, **c.__dict__} for arm, vs, c in self])
 
     def __str__(self) -> str:

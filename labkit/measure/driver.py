@@ -42,6 +42,7 @@ def sampling_for(model_config, temperature: float | None) -> dict:
 
 
 def read_counters() -> dict[str, float]:
+    """vLLM's counters summed over engines, and the KV-cache usage of the fullest engine, by metric name."""
     from vllm.v1.metrics.reader import get_metrics_snapshot
     totals: dict[str, float] = {}
     for metric in get_metrics_snapshot():  # one series per engine: several with data-parallel replicas
@@ -139,6 +140,8 @@ def content_seed(load_index: int, trial: int) -> int:
 
 async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
                     load_index: int = 0):
+    """One timed trial: its per-request rows, and a summary row with throughput, peak KV usage, cores other
+    processes kept busy and the engine counters' deltas."""
     before, others = read_counters(), OtherLoad()
     kv_samples: list[float] = []
     stop = asyncio.Event()

@@ -26,6 +26,7 @@ def _version(dist: str) -> str | None:
 
 
 def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what Python's platform module reports."""
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -88,6 +89,8 @@ def tuning_variables(environ=None) -> dict[str, str]:
 
 
 def fingerprint() -> dict:
+    """The environment facts stored with every result: host, hardware key, GPUs, CPU, memory, Python, OS,
+    package versions, tuning variables, driver facts, and torch's CUDA version where torch is loaded."""
     platform = current_platform()
     env = tuning_variables()
     facts = {

@@ -44,6 +44,7 @@ class OtherLoad:
         self._start = (time.monotonic(), host, _own_cpu_s() if host is not None else 0.0)
 
     def cores(self) -> float | None:
+        """Mean number of cores other processes kept busy since creation; None where that cannot be measured."""
         wall0, host0, own0 = self._start
         host = _host_busy_s()
         if host is None or host0 is None:

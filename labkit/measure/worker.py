@@ -31,6 +31,8 @@ class ArmJob:
 
 
 def worker_main(job: dict, workdir: str) -> None:
+    """The arm worker's entry point; never returns: measures the job into `workdir` with its output in
+    engine.log, writes result.json (complete, or failed with the error) and exits the process."""
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
     # The user's tuning variables, read before vLLM's import sets its own (the CPU platform sets several).
     job["user_variables"] = tuning_variables()

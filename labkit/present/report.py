@@ -43,6 +43,8 @@ def _verdict_table(comparison: pd.DataFrame) -> str:
 
 def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_diff: pd.DataFrame | None = None,
                  statuses: list[dict] | None = None, path: str | Path | None = None) -> Path:
+    """The path of the suite run's HTML report (RUN/report.html unless `path` is given): overrides, verdicts
+    against the baseline, notebook statuses, environment changes, and each experiment's plots and conclusion."""
     from labkit.present import plots
     from labkit.analyze import stats
 

@@ -21,6 +21,8 @@ QUANTIZATIONS = (None, "fp8")
 
 @dataclass(frozen=True)
 class Knob:
+    """A tuning knob: its name and meaning, the check of its values, and its translation to engine arguments."""
+
     name: str
     meaning: str
     check: Callable[[Any], str | None]  # returns what is wrong with a value, or None

@@ -93,6 +93,8 @@ def implied_defaults(context: str, engine_args_by_arm: dict[str, dict], timeout_
 
 
 def filter_engine_args(engine_args: dict, supported: set[str]) -> dict:
+    """The engine arguments unchanged when this vLLM has every one of them; otherwise a TypeError names
+    those it lacks."""
     unknown = sorted(set(engine_args) - supported)
     if unknown:
         raise TypeError(f"unexpected keyword: this vLLM has no engine argument(s) {unknown}")

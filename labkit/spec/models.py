@@ -52,6 +52,7 @@ class ModelShape:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head: hidden_size / num_heads."""
         return self.hidden_size // self.num_heads
 
     @property
@@ -64,6 +65,7 @@ class ModelShape:
 
     @property
     def num_params(self) -> int:
+        """Every parameter: the projections, the embedding table (and an untied LM head) and the norms."""
         h = self.hidden_size
         norms = (2 * self.num_layers + 1) * h
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
@@ -75,9 +77,11 @@ class ModelShape:
         return self.num_params - self.vocab_size * self.hidden_size * (0 if self.tie_word_embeddings else 1)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float = 2) -> float:
+        """KV-cache bytes of one token: keys and values of every layer's KV heads, at `kv_dtype_bytes` each."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
 
     def hf_config(self) -> dict:
+        """The config.json of a Hugging Face model of this shape, with `extra_config` applied last."""
         config = {
             "architectures": [self.architecture],
             "model_type": self.model_type,
@@ -148,6 +152,7 @@ class ModelRef:
     synthetic: bool
 
     def to_dict(self) -> dict:
+        """The reference as plain data, its shape as a dict (None when unknown)."""
         return {"model": self.model, "load_format": self.load_format, "synthetic": self.synthetic,
                 "shape": asdict(self.shape) if self.shape else None}
 

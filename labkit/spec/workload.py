@@ -23,6 +23,8 @@ def _count(value) -> bool:
 # ---- length distributions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fixed:
+    """One length for every request: `n` tokens."""
+
     n: int
 
     def __post_init__(self):
@@ -30,11 +32,14 @@ class Fixed:
             raise BadParameter(f"Fixed length must be a positive integer, got {self.n!r}")
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """`count` lengths, all `n`."""
         return np.full(count, self.n, dtype=np.int64)
 
 
 @dataclass(frozen=True)
 class Uniform:
+    """Lengths drawn uniformly from `low` to `high`, both included."""
+
     low: int
     high: int  # inclusive
 
@@ -43,6 +48,7 @@ class Uniform:
             raise BadParameter(f"Uniform lengths need 1 <= low <= high, got low={self.low}, high={self.high}")
 
     def sample(self, rng, count):
+        """`count` lengths drawn uniformly from low to high inclusive."""
         return rng.integers(self.low, self.high + 1, size=count, dtype=np.int64)
 
 
@@ -61,6 +67,7 @@ class LogNormal:
                                f"median={self.median}, sigma={self.sigma}, low={self.low}, high={self.high}")
 
     def sample(self, rng, count):
+        """`count` lengths drawn from the log-normal, rounded and clipped to low..high."""
         raw = np.rint(rng.lognormal(np.log(self.median), self.sigma, size=count)).astype(np.int64)
         return np.clip(raw, self.low, self.high if self.high is not None else None)
 
@@ -77,6 +84,7 @@ class FromLog:
 
     @classmethod
     def read(cls, path: str | Path) -> "FromLog":
+        """A FromLog of the lengths in a file, one number per line; a value that is not a number raises BadParameter."""
         text = Path(path).read_text().split()
         try:
             return cls(tuple(int(float(v)) for v in text))
@@ -84,6 +92,7 @@ class FromLog:
             raise BadParameter(f"{path}: expected one length per line ({exc})") from None
 
     def sample(self, rng, count):
+        """`count` lengths drawn from the logged values, with replacement."""
         return rng.choice(np.asarray(self.values, dtype=np.int64), size=count, replace=True)
 
 
@@ -96,6 +105,7 @@ class Burst:
     """Offline: every request submitted at once (throughput-oriented batch jobs)."""
 
     def offsets(self, rng, count):
+        """None: every request is sent at once, on no schedule."""
         return None
 
 
@@ -110,6 +120,7 @@ class Concurrency:
             raise BadParameter(f"Concurrency needs a positive number of clients, got {self.n!r}")
 
     def offsets(self, rng, count):
+        """None: each request is sent when a client is free, on no schedule."""
         return None
 
 
@@ -125,6 +136,7 @@ class Poisson:
             raise BadParameter(f"Poisson arrivals need rate > 0 and burstiness > 0, got {self.rate}, {self.burstiness}")
 
     def offsets(self, rng, count):
+        """`count` send times in seconds from the trial's start: 0, then gamma-distributed gaps of mean 1 / rate."""
         gaps = rng.gamma(self.burstiness, 1.0 / (self.rate * self.burstiness), size=count)
         gaps[0] = 0.0
         return np.cumsum(gaps)
@@ -143,6 +155,7 @@ class Periodic:
                                f"{self.interval_s}")
 
     def offsets(self, rng, count):
+        """`count` send times in seconds from the trial's start: first_s, then one every interval_s."""
         return self.first_s + self.interval_s * np.arange(count, dtype=float)
 
 
@@ -152,6 +165,8 @@ Arrival = Burst | Concurrency | Poisson | Periodic
 # ---- the workload ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Request:
+    """One request of a trial: its index, prompt token ids, tokens to generate and send time."""
+
     index: int
     prompt_token_ids: list[int]
     max_tokens: int
@@ -160,6 +175,9 @@ class Request:
 
 @dataclass(frozen=True)
 class Workload:
+    """A seeded load: the number of requests, their prompt and output length distributions, the arrival
+    process and the shared prefixes."""
+
     num_requests: int
     prompt_len: Lengths  # tokens after the shared prefix
     output_len: Lengths  # generated tokens (exact: EOS is ignored)
@@ -177,6 +195,8 @@ class Workload:
                                f"{self.shared_prefix_len!r} and {self.num_prefixes!r}")
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Every request's prompt length (shared prefix included) and output length, and the send offsets (None
+        when the arrival process has no schedule), all drawn from the workload's seed."""
         rng = np.random.default_rng(self.seed)
         prompt = self.prompt_len.sample(rng, self.num_requests) + self.shared_prefix_len
         output = self.output_len.sample(rng, self.num_requests)
@@ -188,6 +208,7 @@ class Workload:
         return cls(requests, Fixed(prompt_len), Fixed(output_len), Concurrency(clients))
 
     def longest_request(self) -> int:
+        """The most tokens (prompt + output) one request needs."""
         prompt, output, _ = self.lengths()
         return int((prompt + output).max())
 
@@ -207,6 +228,7 @@ class Workload:
         return requests
 
     def to_dict(self) -> dict:
+        """The workload as plain data, each distribution and arrival process with its kind; `from_dict` reads it."""
         def describe(obj):
             return {"kind": type(obj).__name__, **asdict(obj)}
         return {"num_requests": self.num_requests, "prompt_len": describe(self.prompt_len),
@@ -216,6 +238,7 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Workload":
+        """The Workload, or the Mix, that a `to_dict` describes."""
         if data.get("kind") == "Mix":
             return Mix({name: cls.from_dict(part) for name, part in data["parts"].items()})
         kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson, Periodic)}
@@ -243,10 +266,13 @@ class Mix:
 
     @property
     def num_requests(self) -> int:
+        """The requests of every part together."""
         return sum(w.num_requests for w in self.parts.values())
 
     def longest_request(self) -> int:
+        """The most tokens (prompt + output) one request of any part needs."""
         return max(w.longest_request() for w in self.parts.values())
 
     def to_dict(self) -> dict:
+        """The mix as plain data: kind "Mix" and each part's `to_dict`."""
         return {"kind": "Mix", "parts": {name: w.to_dict() for name, w in self.parts.items()}}

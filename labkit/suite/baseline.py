@@ -63,6 +63,7 @@ def baseline_runs(hardware: str, root: Path | None = None) -> list[Path]:
 
 
 def pinned(hardware: str, root: Path | None = None) -> Path | None:
+    """The pinned baseline run of this hardware, or None when none is pinned."""
     runs = baseline_runs(hardware, root)
     return runs[0] if runs else None
 

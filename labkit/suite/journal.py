@@ -14,10 +14,13 @@ from labkit.store import load
 
 
 def journal_path() -> Path:
+    """The journal file of the current settings."""
     return settings.current().journal
 
 
 def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
+    """A suite run's journal entries: per experiment and load, the arms' knobs and metric values, the
+    conclusion against the first complete arm, the evidence folder and the environment."""
     from labkit.analyze import stats
 
     entries, now = [], _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -43,6 +46,7 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
 
 
 def append(entries: list[dict]) -> None:
+    """Append the entries to the journal, one JSON line each."""
     path = journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
@@ -51,6 +55,7 @@ def append(entries: list[dict]) -> None:
 
 
 def read() -> pd.DataFrame:
+    """The journal as a DataFrame, one row per entry (empty, with its columns, when there is no journal yet)."""
     path = journal_path()
     if not path.exists():
         return pd.DataFrame(columns=["when_utc", "experiment", "load", "change", "metric", "conclusion", "evidence"])

@@ -32,6 +32,8 @@ def utc_stamp() -> str:
 
 
 def default_profile(hardware: str) -> str:
+    """The parameter profile of a hardware key: cpu-smoke on a CPU, the profile named after the key where
+    there is one, else gpu."""
     if hardware.startswith("cpu-"):
         return "cpu-smoke"
     return hardware if hardware in PROFILES else "gpu"
@@ -154,4 +156,5 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
 
 
 def statuses(run: str | Path) -> list[dict]:
+    """The status.json records of a suite run's notebooks, in file-name order."""
     return [json.loads(p.read_text()) for p in sorted(Path(run).glob("*.status.json"))]
