@@ -170,27 +170,31 @@ class Experiment:
         plans = {arm: plan for arm, plan in self.plans().items() if only is None or arm in only}
         ref = resolve_model(self.model)
         vocab = ref.shape.vocab_size if ref.shape else 32000
-        todo = []
         for arm, plan in plans.items():  # every check before the first engine starts
-            if plan.not_applicable:
-                continue
-            self._check_lengths(plan, ref, arm)
-            spec = self.arm_spec(plan, ref)
-            if not self.store.check_resumable(arm, spec):
-                todo.append((arm, plan, spec))
-        self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
-                          "context": self.context, "arms": self.arms, "base": self.base, "overrides": self.overrides,
-                          "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__})
-        self.store.clean_work()
-        for arm, plan in plans.items():
-            if plan.not_applicable:
-                self.store.record_skip(arm, {"arm": arm, "reason": plan.not_applicable,
-                                             "spec": {"knobs": plan.knobs}})
-        bar = tqdm(todo, desc=f"{self.name}: arms", disable=not progress, unit="arm")
-        for arm, plan, spec in bar:
-            bar.set_postfix_str(arm)
-            self._run_one(arm, plan, spec, vocab, progress, bar)
-        bar.close()
+            if not plan.not_applicable:
+                self._check_lengths(plan, ref, arm)
+        with self.store.lock():  # one writer per experiment, from the resume check to the last arm
+            todo = []
+            for arm, plan in plans.items():
+                if plan.not_applicable:
+                    continue
+                spec = self.arm_spec(plan, ref)
+                if not self.store.check_resumable(arm, spec):
+                    todo.append((arm, plan, spec))
+            self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
+                              "context": self.context, "arms": self.arms, "base": self.base,
+                              "overrides": self.overrides, "workloads": self._workload_dicts(),
+                              "protocol": self.protocol.__dict__})
+            self.store.clean_work()
+            for arm, plan in plans.items():
+                if plan.not_applicable:
+                    self.store.record_skip(arm, {"arm": arm, "reason": plan.not_applicable,
+                                                 "spec": {"knobs": plan.knobs}})
+            bar = tqdm(todo, desc=f"{self.name}: arms", disable=not progress, unit="arm")
+            for arm, plan, spec in bar:
+                bar.set_postfix_str(arm)
+                self._run_one(arm, plan, spec, vocab, progress, bar)
+            bar.close()
         return load(self.name, self.store.path.parent)
 
     def _run_one(self, arm, plan, spec, vocab, progress, bar) -> None:

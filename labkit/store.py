@@ -12,10 +12,13 @@ spec differs from the one asked for is a conflict, reported before any engine st
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -80,9 +83,33 @@ class ExperimentStore:
                 f"Give the experiment a new name to compare both, or move {self.arm_dir(arm)} away to remeasure.")
         return True
 
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the experiment for this process: one writer at a time. The lock is the kernel's (fcntl), so it
+        goes with its process however that process ends; a lock file left by a dead run is simply taken. A
+        second run is refused, naming the holder, before it touches anything."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise StoreConflict(f"experiment {self.name!r} is being measured by another run ({holder}); wait for it "
+                                "to finish, or give this run another experiment name") from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()}, since {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+            handle.flush()
+            yield self
+        finally:
+            handle.close()  # releases the lock
+
     def new_workdir(self, arm: str) -> Path:
-        """A new, uniquely named folder under .work/ for one attempt at an arm."""
-        work = self.path / ".work" / f"{arm}-{uuid.uuid4().hex[:8]}"
+        """A new, uniquely named folder under .work/ for one attempt at an arm, named with this process's id."""
+        work = self.path / ".work" / f"{arm}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         work.mkdir(parents=True)
         return work
 
@@ -115,9 +142,27 @@ class ExperimentStore:
         if not target.exists():
             write_json_atomic(target, meta)
 
-    def clean_work(self) -> None:
-        """Leftovers of killed runs hold no complete result; they are removed, not resumed from."""
-        shutil.rmtree(self.path / ".work", ignore_errors=True)
+    def clean_work(self) -> list[Path]:
+        """Remove the work folders of runs that died (they hold no complete result and are never resumed from);
+        a folder whose run is alive stays. Returns what was removed."""
+        removed = []
+        for work in sorted((self.path / ".work").glob("*")):
+            match = re.search(r"-(\d+)-[0-9a-f]{8}$", work.name)
+            if match and _alive(int(match.group(1))) and int(match.group(1)) != os.getpid():
+                continue
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 @dataclass

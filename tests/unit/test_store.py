@@ -1,5 +1,8 @@
 """The append-only experiment store: names, commits, conflicts, failures and loading back."""
 import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -167,12 +170,61 @@ def test_load_missing_experiment(tmp_path):
         load("nothing-here", root=tmp_path)
 
 
-def test_clean_work(tmp_path):
+def test_clean_work_removes_only_what_dead_runs_left(tmp_path):
     store = ExperimentStore("exp", root=tmp_path)
     store.begin({})
-    work = _workdir(store, "x")
-    assert work.parent == tmp_path / "exp" / ".work"
-    store.clean_work()
-    assert not (tmp_path / "exp" / ".work").exists()
-    assert (tmp_path / "exp" / "experiment.json").exists()
-    store.clean_work()  # nothing to clean is fine
+    ours = _workdir(store, "x")
+    assert ours.parent == tmp_path / "exp" / ".work" and f"-{os.getpid()}-" in ours.name
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = tmp_path / "exp" / ".work" / f"y-{holder.pid}-0123abcd"
+        dead = tmp_path / "exp" / ".work" / f"z-{_dead_pid()}-0123abcd"
+        old_style = tmp_path / "exp" / ".work" / "w-0123abcd"
+        for folder in (live, dead, old_style):
+            folder.mkdir()
+        assert sorted(p.name for p in store.clean_work()) == sorted([ours.name, dead.name, old_style.name])
+        assert [p.name for p in (tmp_path / "exp" / ".work").iterdir()] == [live.name]
+        assert (tmp_path / "exp" / "experiment.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+HOLD = """
+import sys, time
+from labkit.store import ExperimentStore
+with ExperimentStore("exp", root=sys.argv[1]).lock():
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_run_is_refused_naming_the_holder_and_touches_nothing(tmp_path):
+    from labkit import Experiment, Protocol, Workload
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        store = ExperimentStore("exp", root=tmp_path)
+        measuring = tmp_path / "exp" / ".work" / f"a-{holder.pid}-0123abcd"
+        measuring.mkdir(parents=True)
+        (measuring / "engine.log").write_text("the first run's engine at work\n")
+        exp = Experiment("exp", {"a": {}}, Workload.closed_loop(4, 16, 4, 2), model="tiny-llama",
+                         protocol=Protocol(trials=1, warmup_requests=0), results_dir=tmp_path)
+        with pytest.raises(StoreConflict, match=f"being measured by another run \\(pid {holder.pid}, since "):
+            exp.run(progress=False)
+        assert (measuring / "engine.log").read_text() == "the first run's engine at work\n"
+        assert not (tmp_path / "exp" / "experiment.json").exists()
+        with pytest.raises(StoreConflict, match="another run"):
+            with store.lock():
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with ExperimentStore("exp", root=tmp_path).lock():  # a dead holder's lock file is simply taken
+        assert f"pid {os.getpid()}" in (tmp_path / "exp" / ".lock").read_text()
