@@ -84,7 +84,8 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
     """Run one arm in a fresh spawned process and wait for it; never raises for an engine failure."""
     workdir.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("spawn")
-    proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir)), name=f"labkit-arm-{job.arm}")
+    proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir), os.getpid()),
+                       name=f"labkit-arm-{job.arm}")
     in_use = gpu_memory_in_use() if job.platform_kind == "cuda" else {}
     start = time.monotonic()
     proc.start()
@@ -107,6 +108,9 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
         # A worker killed from outside (the out-of-memory killer) leaves its engine's processes in its group,
         # holding memory and cores the next arm needs; after a clean exit the group is empty and this returns.
         _kill_group(proc.pid)
+        # The next arm must find the device as this one did: a GPU driver frees a killed process's memory
+        # some time after it exits.
+        freed_s, still_held = wait_for_gpu_memory(in_use) if in_use else (0.0, {})
     seconds = time.monotonic() - start
     result_file = workdir / "result.json"
     log_text = read_log(workdir / "engine.log")
@@ -115,11 +119,33 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
         if result["status"] == "complete":
             facts = result["facts"]
             if in_use:
-                facts["gpu_gib_in_use_at_start"] = max(in_use.values())
+                facts.update(gpu_gib_in_use_at_start=max(in_use.values()), gpu_memory_freed_s=round(freed_s, 1))
             return ArmOutcome("complete", workdir, seconds=seconds, facts=facts)
     cause = classify_failure(log_text, proc.exitcode, timed_out)
-    return ArmOutcome("failed", workdir, cause=cause, log_tail=occupied_note(in_use) + failure_summary(log_text),
-                      seconds=seconds)
+    return ArmOutcome("failed", workdir, cause=cause, log_tail=occupied_note(in_use) + held_note(still_held)
+                      + failure_summary(log_text), seconds=seconds)
+
+
+def wait_for_gpu_memory(before: dict[str, float], timeout_s: float = 60.0, poll_s: float = 1.0,
+                        margin_gib: float = 0.5, read=gpu_memory_in_use) -> tuple[float, dict[str, float]]:
+    """Wait until every GPU holds no more than it did before the arm (plus a margin). Returns the seconds
+    waited and the GPUs still above that after the timeout (empty when all were freed)."""
+    start = time.monotonic()
+    while True:
+        now = read()
+        held = {gpu: gib for gpu, gib in now.items() if gib > before.get(gpu, 0.0) + margin_gib}
+        if not held or time.monotonic() - start >= timeout_s:
+            return time.monotonic() - start, held
+        time.sleep(poll_s)
+
+
+def held_note(held: dict[str, float]) -> str:
+    """For an arm whose GPU memory was not freed: which GPUs, and what the next arm will meet."""
+    if not held:
+        return ""
+    listed = ", ".join(f"GPU {gpu}: {gib:.1f} GiB" for gpu, gib in held.items())
+    return (f"after this arm ended, its GPU memory was still held ({listed}): a process of its engine may have "
+            "escaped; the next arm may start short of memory. nvidia-smi lists the holder.\n")
 
 
 def occupied_note(in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -30,10 +32,12 @@ class ArmJob:
     user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
 
 
-def worker_main(job: dict, workdir: str) -> None:
+def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
     """The arm worker's entry point; never returns: measures the job into `workdir` with its output in
     engine.log, writes result.json (complete, or failed with the error) and exits the process."""
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
+    if parent_pid is not None:
+        _end_with_parent(parent_pid)
     # The user's tuning variables, read before vLLM's import sets its own (the CPU platform sets several).
     job["user_variables"] = tuning_variables()
     out = Path(workdir)
@@ -51,6 +55,18 @@ def worker_main(job: dict, workdir: str) -> None:
         os._exit(1)
     sys.stdout.flush()
     os._exit(0)  # engine teardown threads must not hold the process open after results are safe
+
+
+def _end_with_parent(parent_pid: int) -> None:
+    """When the process that started this worker dies (killed, or its notebook kernel restarted), end this
+    worker's whole process group, engine included: nothing else would, and it would hold memory and cores
+    (on a GPU, device memory) that the next run needs."""
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="labkit-parent-watch", daemon=True).start()
 
 
 def _progress(out: Path, **event) -> None:

@@ -112,3 +112,41 @@ def test_a_worker_killed_from_outside_leaves_no_engine_process(tmp_path):
     alive = [pid for pid in engine_pids if psutil.pid_exists(pid)
              and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"engine processes left running: {alive}"
+
+
+LONG_RUN = textwrap.dedent("""
+    import sys
+    import labkit as lk
+    if __name__ == "__main__":
+        exp = lk.Experiment("parent", {"eager": {"enforce_eager": True}},
+                            lk.Workload(64, lk.Fixed(16), lk.Fixed(64), lk.Burst()), model="tiny-llama",
+                            protocol=lk.Protocol(trials=50, warmup_requests=2), results_dir=sys.argv[1])
+        exp.run(progress=False)
+""")
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["parent-killed", "ctrl-c"])
+def test_ending_the_parent_leaves_no_engine_process(tmp_path, how):
+    """The process that runs the experiment is killed (SIGKILL), or interrupted as a notebook's Stop button
+    does (SIGINT, to that process alone): its arm's worker and every engine process go with it."""
+    import psutil
+
+    script = tmp_path / "run.py"
+    script.write_text(LONG_RUN)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
+    try:
+        deadline, tree = time.time() + 600, []
+        while time.time() < deadline and proc.poll() is None and not tree:
+            time.sleep(0.5)
+            progress = [p.read_text() for p in (tmp_path / "parent" / ".work").glob("*/progress.jsonl")]
+            if any('"trial"' in text for text in progress):
+                tree = psutil.Process(proc.pid).children(recursive=True)
+        assert len(tree) >= 2, "the worker and its engine never reached a trial"
+        proc.send_signal(how)
+        proc.wait(timeout=120)
+        _, alive = psutil.wait_procs(tree, timeout=30)
+        alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"processes of the arm left running after the parent ended: {alive}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

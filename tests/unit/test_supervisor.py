@@ -3,7 +3,8 @@ import signal
 
 import pytest
 
-from labkit.measure.supervisor import classify_failure, failure_summary, occupied_note
+from labkit.measure.supervisor import (classify_failure, failure_summary, held_note, occupied_note,
+                                      wait_for_gpu_memory)
 from labkit.spec.launch import filter_engine_args
 
 
@@ -80,3 +81,16 @@ def test_occupied_note_names_the_gpus_another_process_holds():
     note = occupied_note({"0": 0.5, "1": 70.25})
     assert "GPU 1: 70.2 GiB" in note and "GPU 0" not in note and "rerun the arm" in note
     assert occupied_note({"0": 0.5}) == "" and occupied_note({}) == ""
+
+
+def test_the_next_arm_waits_until_the_gpu_memory_is_back():
+    readings = iter([{"0": 70.0}, {"0": 30.0}, {"0": 0.6}])  # the driver frees a killed engine's memory late
+    waited, held = wait_for_gpu_memory({"0": 0.5}, timeout_s=10, poll_s=0, read=lambda: next(readings))
+    assert held == {} and waited < 5
+
+
+def test_memory_never_freed_is_reported_after_the_timeout():
+    waited, held = wait_for_gpu_memory({"0": 0.5, "1": 0.5}, timeout_s=0.05, poll_s=0.01,
+                                       read=lambda: {"0": 0.5, "1": 71.0})
+    assert held == {"1": 71.0} and waited >= 0.05
+    assert "GPU 1: 71.0 GiB" in held_note(held) and held_note({}) == ""
