@@ -1,11 +1,24 @@
-"""Writing files so that a reader never sees half of one: a kill or a full disk leaves the old file or
-none, never a truncated one."""
+"""Files the lab writes: never half of one (a kill or a full disk leaves the old file or none, never a
+truncated one), and never the paths of the machine that wrote them."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+TEXT_SUFFIXES = {".json", ".jsonl", ".ipynb", ".log", ".txt", ".html", ".md"}
+_PORTABLE = [  # (machine path, what is written instead), most specific first
+    (re.compile(r"(?:/[\w.+-]+)*/(?:site|site-packages|dist-packages)/"), "<site-packages>/"),
+    (re.compile(r"(?:/[\w.+-]+)*/\.pyenv/versions/[\w.]+/lib/python[\d.]+/"), "<python>/"),
+    (re.compile(re.escape(str(_CHECKOUT)) + r"/"), ""),
+    (re.compile(r"/work/main/"), ""),  # the lent GPU machine's copy of the checkout
+    (re.compile(re.escape(str(Path.home())) + r"/"), "~/"),
+    (re.compile(r"/root/"), "~/"),
+    (re.compile(r"/tmp/[\w.+-]+/"), "<tmp>/"),
+]
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -16,3 +29,29 @@ def write_json_atomic(path: Path, data) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def portable(text: str) -> str:
+    """`text` with the machine's paths made portable: a path inside the checkout becomes relative to it,
+    site-packages <site-packages>, the home folder ~, a temporary folder <tmp>. Applying it twice changes
+    nothing more."""
+    for pattern, replacement in _PORTABLE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def make_portable(*paths: Path) -> list[Path]:
+    """Rewrite the text files among `paths` and under those that are folders (logs, JSON, notebooks, HTML)
+    with portable paths; tables (parquet) hold none. Returns the files changed."""
+    files = [p for path in map(Path, paths) for p in ([path] if path.is_file() else sorted(path.rglob("*")))]
+    changed = []
+    for path in files:
+        if path.is_file() and path.suffix in TEXT_SUFFIXES:
+            text = path.read_text(errors="surrogateescape")
+            clean = portable(text)
+            if clean != text:
+                tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+                tmp.write_text(clean, errors="surrogateescape")
+                os.replace(tmp, path)
+                changed.append(path)
+    return changed

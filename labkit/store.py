@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import settings
-from labkit.files import write_json_atomic
+from labkit.files import make_portable, write_json_atomic
 from labkit.errors import BadParameter, StoreConflict
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
@@ -117,6 +117,7 @@ class ExperimentStore:
         """The arm's folder, once arm.json is written and the workdir renamed to it; an arm already stored
         there raises StoreConflict."""
         write_json_atomic(workdir / "arm.json", meta)
+        make_portable(workdir)  # stored results name no path of this machine
         target = self.arm_dir(arm)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_dir() and not any(target.iterdir()):
@@ -130,6 +131,7 @@ class ExperimentStore:
     def record_failure(self, arm: str, workdir: Path, meta: dict) -> Path:
         """The failure's folder under failures/, once failure.json is written and the workdir renamed to it."""
         write_json_atomic(workdir / "failure.json", meta)
+        make_portable(workdir)
         target = self.path / "failures" / f"{arm}-{_utc_stamp()}"
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(workdir, target)
@@ -181,6 +183,12 @@ class Results:
     def complete_arms(self) -> list[str]:
         """The names of the complete arms, in the experiment's order."""
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
+
+    @property
+    def reference_arm(self) -> str | None:
+        """The arm every other arm is compared with when nobody names one (report, journal): the first
+        complete arm in the experiment's own order."""
+        return self.complete_arms[0] if self.complete_arms else None
 
     def arm_file(self, arm: str, name: str) -> Path:
         """A file in one complete arm's stored folder (its trace, its arm.json). A name read from stored data

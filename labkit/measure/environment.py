@@ -9,7 +9,6 @@ import importlib.metadata
 import os
 import platform as _platform
 import re
-import socket
 import sys
 
 from labkit.measure.gpu import driver_facts, nvidia_gpus
@@ -95,7 +94,6 @@ def fingerprint() -> dict:
     env = tuning_variables()
     facts = {
         "captured_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
         "hardware_key": hardware_key(platform.gpu_names),
         "platform": platform.kind,
         "gpus": list(platform.gpu_names),

@@ -12,6 +12,7 @@ import pandas as pd
 
 from labkit.suite.baseline import caution
 from labkit.suite.runs import experiments, suite_meta
+from labkit.files import make_portable
 from labkit.store import load
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
@@ -74,7 +75,7 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
         parts.append(f"<h2>{html.escape(name)}</h2>" + results.facts("cause").to_html(index=False))
         if not results.complete_arms:
             continue
-        baseline_arm = results.complete_arms[0]
+        baseline_arm = results.reference_arm
         record = stats.ab_record(results, baseline_arm, stats.VERDICT_METRICS)
         for load_name, part in results.per_load():
             parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
@@ -83,4 +84,5 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
     parts.append("</body></html>")
     path = Path(path or run / "report.html")
     path.write_text("\n".join(parts))
+    make_portable(path)  # a report travels: it names no path of this machine
     return path

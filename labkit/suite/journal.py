@@ -28,7 +28,7 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
         results = load(name, Path(run) / "results")
         if not results.complete_arms:
             continue
-        base = results.complete_arms[0]
+        base = results.reference_arm
         record = stats.ab_record(results, base, stats.VERDICT_METRICS)
         knobs = results.spec.get("arms", {})
         for load_name in record.load.unique():

@@ -21,7 +21,7 @@ from labkit import settings
 from labkit.errors import BadParameter
 from labkit.spec.knobs import check_knobs
 from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
-from labkit.files import write_json_atomic
+from labkit.files import make_portable, portable, write_json_atomic
 
 NOTEBOOKS = settings.NOTEBOOKS
 LAYERS = ("L1", "L2", "L3", "L4")
@@ -150,8 +150,11 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
             error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
             bar.write(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}")
+        executed = run / f"{_slug(nb)}.ipynb"
+        if executed.exists():  # tracebacks and logs in its outputs name this machine's paths
+            make_portable(executed)
         write_json_atomic(status_file, {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
-                                        "error": error, "seconds": time.monotonic() - started})
+                                        "error": error and portable(error), "seconds": time.monotonic() - started})
     return run
 
 

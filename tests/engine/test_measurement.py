@@ -97,3 +97,21 @@ def test_resolved_config_recorded(batch_results):
     meta = json.loads((batch_results.path / "arms" / "seqs1" / "arm.json").read_text())
     assert meta["spec"]["engine_args"]["max_num_seqs"] == 1
     assert (batch_results.path / "arms" / "seqs1" / "engine.log").stat().st_size > 0
+
+
+def test_the_store_names_no_host_and_no_path_of_this_machine(batch_results):
+    """Every file of a whole stored experiment (results, facts, environment, engine logs) read back."""
+    import re
+    import socket
+    from pathlib import Path
+
+    from labkit import settings
+
+    machine = {"hostname": rf"\b{re.escape(socket.gethostname())}\b", "checkout": re.escape(str(settings.ROOT)),
+               "home": re.escape(str(Path.home())) + "/", "store": re.escape(str(batch_results.path))}
+    files = [p for p in batch_results.path.rglob("*") if p.is_file()]
+    assert any(p.name == "engine.log" for p in files) and any(p.suffix == ".parquet" for p in files)
+    found = {(str(p.relative_to(batch_results.path)), what) for p in files for what, pattern in machine.items()
+             if re.search(pattern.encode(), p.read_bytes())
+             and (what != "hostname" or p.suffix != ".parquet")}  # a short name can occur in binary data
+    assert not found, sorted(found)

@@ -43,6 +43,19 @@ def test_suite_runs_every_notebook_and_exits_clean(suite_run):
     assert "no pinned baseline" in done.stdout and (run / "report.html").exists()
 
 
+def test_a_suite_run_names_no_host_and_no_path_of_this_machine(suite_run):
+    import re
+    import socket
+
+    run, _, _ = suite_run
+    machine = {"hostname": rf"\b{re.escape(socket.gethostname())}\b", "checkout": re.escape(str(ROOT)),
+               "home": re.escape(str(Path.home())) + "/", "run": re.escape(str(run))}
+    found = {(str(p.relative_to(run)), what) for p in run.rglob("*") if p.is_file()
+             for what, pattern in machine.items() if re.search(pattern.encode(), p.read_bytes())
+             and (what != "hostname" or p.suffix != ".parquet")}  # a short name can occur in binary data
+    assert not found, sorted(found)
+
+
 @pytest.mark.parametrize("notebook", IDS)
 def test_executed_notebook_passes_nbval(suite_run, notebook):
     run, _, env = suite_run

@@ -1,0 +1,40 @@
+"""What the lab writes: whole files only, and no path of the machine that wrote them (no engine)."""
+from pathlib import Path
+
+from labkit import settings
+from labkit.files import make_portable, portable, write_json_atomic
+
+
+def test_machine_paths_become_portable_and_twice_changes_nothing():
+    text = (f"loading {settings.ROOT}/data/models/tiny-llama from {Path.home()}/.cache/x and "
+            "/tmp/pytest-of-root/pytest-3/test0/results/e/.work/a-1-0123abcd/engine.log via "
+            "/usr/lib/python3/dist-packages/vllm/engine.py")
+    once = portable(text)
+    assert once == ("loading data/models/tiny-llama from ~/.cache/x and <tmp>/pytest-3/test0/results/e/.work/"
+                    "a-1-0123abcd/engine.log via <site-packages>/vllm/engine.py")
+    assert portable(once) == once
+
+
+def test_make_portable_rewrites_text_files_only(tmp_path):
+    (tmp_path / "engine.log").write_text(f"model {settings.ROOT}/data/models/m\n")
+    (tmp_path / "table.parquet").write_bytes(f"{settings.ROOT}/x".encode())
+    (tmp_path / "clean.json").write_text("{}")
+    assert make_portable(tmp_path) == [tmp_path / "engine.log"]
+    assert (tmp_path / "engine.log").read_text() == "model data/models/m\n"
+    assert (tmp_path / "table.parquet").read_bytes() == f"{settings.ROOT}/x".encode()
+    assert make_portable(tmp_path / "engine.log") == []
+
+
+def test_write_json_atomic_leaves_the_file_whole_and_no_temporary(tmp_path):
+    target = tmp_path / "a.json"
+    write_json_atomic(target, {"x": 1})
+    try:
+        write_json_atomic(target, {"y": object.__new__(Unserialisable)})
+    except TypeError:
+        pass
+    assert target.read_text() == '{\n "x": 1\n}' and [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+class Unserialisable:
+    def __str__(self):
+        raise TypeError("cannot be written")
