@@ -15,3 +15,7 @@ class NotApplicable(LabkitError):
 
 class StoreConflict(LabkitError):
     """Stored results that would be overwritten or mixed with results of a different spec."""
+
+
+class DamagedStore(LabkitError):
+    """A stored file that cannot be read as the lab wrote it (cut short, edited, missing): it names the file."""

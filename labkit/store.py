@@ -28,7 +28,7 @@ import pandas as pd
 
 from labkit import settings
 from labkit.files import make_portable, write_json_atomic
-from labkit.errors import BadParameter, StoreConflict
+from labkit.errors import BadParameter, DamagedStore, StoreConflict
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
 
@@ -67,9 +67,15 @@ class ExperimentStore:
             write_json_atomic(self.path / "experiment.json", spec)
 
     def completed_spec(self, arm: str) -> dict | None:
-        """The spec a complete arm was measured with, or None when the arm is not complete."""
-        meta = self.arm_dir(arm) / "arm.json"
-        return json.loads(meta.read_text())["spec"] if meta.exists() else None
+        """The spec a complete arm was measured with, or None when the arm is not stored; an arm folder whose
+        record is damaged raises DamagedStore (it is never measured over)."""
+        folder = self.arm_dir(arm)
+        if not folder.is_dir() or not any(folder.iterdir()):
+            return None
+        try:
+            return _complete_arm(folder)[0]["spec"]
+        except DamagedStore as exc:
+            raise DamagedStore(f"{exc}; move {folder} away to measure arm {arm!r} again") from None
 
     def check_resumable(self, arm: str, spec: dict) -> bool:
         """True when the arm is already complete with this spec; a different stored spec is a conflict."""
@@ -237,38 +243,77 @@ class Results:
                        self.trials[self.trials["load"] == load], self.environment)
 
 
+def read_record(path: Path, *keys: str) -> dict:
+    """The JSON object a store file holds, with `keys` present; a file that is cut short, edited or missing
+    raises DamagedStore naming it."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedStore(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+    missing = [key for key in keys if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise DamagedStore(f"{path} lacks {missing}: it was not written by the lab, or was edited")
+    return record
+
+
+def _complete_arm(folder: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """A complete arm's record and tables; DamagedStore names the file that cannot be read."""
+    meta = read_record(folder / "arm.json", "arm", "spec")
+    if meta["arm"] != folder.name:
+        raise DamagedStore(f"{folder / 'arm.json'} is arm {meta['arm']!r}'s record, in the folder of {folder.name!r}")
+    tables = []
+    for table in ("requests", "trials"):
+        try:
+            tables.append(pd.read_parquet(folder / f"{table}.parquet"))
+        except Exception as exc:  # pyarrow raises several types for a missing or truncated file
+            raise DamagedStore(f"{folder / (table + '.parquet')} cannot be read ({type(exc).__name__}: {exc})") from None
+    return meta, tables[0], tables[1]
+
+
 def load(name: str, root: str | Path | None = None) -> Results:
     """An experiment's stored results: its complete arms with their requests and trials, the latest failure of
-    each arm that never completed, and the arms not applicable here."""
+    each arm that never completed, the arms not applicable here, and any arm whose stored files are damaged
+    (status "damaged", the file and what to do in `cause`): one damaged arm leaves the others readable."""
     store = ExperimentStore(name, root)
     if not (store.path / "experiment.json").exists():
         raise BadParameter(f"no stored experiment {name!r} under {store.path.parent}")
-    spec = json.loads((store.path / "experiment.json").read_text())
+    spec = read_record(store.path / "experiment.json")
     rows, requests, trials, environment = [], [], [], {}
-    for meta_file in sorted((store.path / "arms").glob("*/arm.json")):
-        meta = json.loads(meta_file.read_text())
-        arm = meta["arm"]
+    for folder in sorted(p for p in (store.path / "arms").glob("*") if p.is_dir()):
+        arm = folder.name
+        try:
+            meta, arm_requests, arm_trials = _complete_arm(folder)
+        except DamagedStore as exc:
+            rows.append({"arm": arm, "status": "damaged",
+                         "cause": f"{exc}; move {folder} away to measure the arm again"})
+            continue
         rows.append({"arm": arm, "status": "complete", "cause": None, **_flat(meta)})
         environment[arm] = meta.get("environment", {})
-        for table, frames in (("requests", requests), ("trials", trials)):
-            frame = pd.read_parquet(meta_file.parent / f"{table}.parquet")
-            frames.append(frame.assign(arm=arm))
-    done = {r["arm"] for r in rows}
-    for fail_file in sorted((store.path / "failures").glob("*/failure.json")):
-        meta = json.loads(fail_file.read_text())
-        if meta["arm"] not in done:  # the latest failure of an arm that never completed
-            rows = [r for r in rows if r["arm"] != meta["arm"]]
-            rows.append({"arm": meta["arm"], "status": "failed", "cause": meta["cause"],
-                         "log_tail": meta.get("log_tail", ""), "evidence": str(fail_file.parent), **_flat(meta)})
-    for skip_file in sorted((store.path / "skipped").glob("*.json")):
-        meta = json.loads(skip_file.read_text())
-        if meta["arm"] not in done:
-            rows.append({"arm": meta["arm"], "status": "not applicable", "cause": meta["reason"], **_flat(meta)})
+        requests.append(arm_requests.assign(arm=arm))
+        trials.append(arm_trials.assign(arm=arm))
+    stored = {r["arm"] for r in rows}
+    for kind, pattern, keys in (("failed", "failures/*/failure.json", ("arm", "cause")),
+                                ("not applicable", "skipped/*.json", ("arm", "reason"))):
+        for record_file in sorted(store.path.glob(pattern)):
+            try:
+                meta = read_record(record_file, *keys)
+            except DamagedStore as exc:
+                rows.append({"arm": record_file.parent.name if kind == "failed" else record_file.stem,
+                             "status": "damaged", "cause": str(exc)})
+                continue
+            if meta["arm"] in stored:  # a complete (or damaged) arm outranks its failures and skips
+                continue
+            rows = [r for r in rows if r["arm"] != meta["arm"]]  # the latest failure of an arm that never completed
+            if kind == "failed":
+                rows.append({"arm": meta["arm"], "status": "failed", "cause": meta["cause"],
+                             "log_tail": meta.get("log_tail", ""), "evidence": str(record_file.parent), **_flat(meta)})
+            else:
+                rows.append({"arm": meta["arm"], "status": "not applicable", "cause": meta["reason"], **_flat(meta)})
     order = list(spec.get("arms", {}))
     arms = pd.DataFrame(rows) if rows else pd.DataFrame(columns=["arm", "status"])  # an experiment with no arm yet
     if not arms.empty:
         arms["_order"] = arms.arm.map(lambda a: order.index(a) if a in order else len(order))
-        arms = arms.sort_values("_order").drop(columns="_order").reset_index(drop=True)
+        arms = arms.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
     return Results(name, store.path, spec, arms,
                    pd.concat(requests, ignore_index=True) if requests else pd.DataFrame(),
                    pd.concat(trials, ignore_index=True) if trials else pd.DataFrame(), environment)

@@ -1,13 +1,14 @@
 """The append-only experiment store: names, commits, conflicts, failures and loading back."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from labkit.errors import BadParameter, StoreConflict
+from labkit.errors import BadParameter, DamagedStore, StoreConflict
 from labkit.store import ExperimentStore, check_name, load
 
 SPEC_A = {"knobs": {"max_num_seqs": 8}, "workload": {"num_requests": 4}, "model": "tiny-llama"}
@@ -157,6 +158,43 @@ def test_load(tmp_path):
     assert list(results.requests.itl_ms.iloc[0]) == [1.0, 2.0]
     assert results.trials.arm.tolist().count("ok") == 1 and "output_tok_s" in results.trials
     assert results.spec == {"arms": {"skip": {}, "fail": {}, "ok": {}, "recovered": {}}}
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda arm: (arm / "arm.json").write_text('{"arm": "ok", "spec": {'), "arm.json cannot be read"),
+    (lambda arm: (arm / "arm.json").unlink(), "arm.json cannot be read"),
+    (lambda arm: (arm / "requests.parquet").write_bytes(b"PAR1 cut"), "requests.parquet cannot be read"),
+    (lambda arm: (arm / "trials.parquet").unlink(), "trials.parquet cannot be read"),
+    (lambda arm: (arm / "arm.json").write_text('{"arm": "recovered", "spec": {}}'), "is arm 'recovered'"),
+    (lambda arm: (arm / "arm.json").write_text('{"arm": "ok"}'), "lacks ['spec']"),
+], ids=["cut-short", "missing", "bad-table", "missing-table", "wrong-arm", "edited"])
+def test_a_damaged_arm_is_named_and_the_others_stay_readable(tmp_path, damage, words):
+    store = _populated(tmp_path)
+    damage(store.arm_dir("ok"))
+    results = load("exp", root=tmp_path)
+    arms = results.arms.set_index("arm")
+    assert arms.loc["ok", "status"] == "damaged" and words in arms.loc["ok", "cause"]
+    assert "move" in arms.loc["ok", "cause"] and str(store.arm_dir("ok")) in arms.loc["ok", "cause"]
+    assert results.complete_arms == ["recovered"] and set(results.requests.arm) == {"recovered"}
+    with pytest.raises(DamagedStore, match=re.escape(words)):  # a resumed run stops, never measures over it
+        store.check_resumable("ok", SPEC_A)
+
+
+def test_a_damaged_experiment_record_is_named(tmp_path):
+    store = _populated(tmp_path)
+    (store.path / "experiment.json").write_text("{")
+    with pytest.raises(DamagedStore, match="experiment.json cannot be read"):
+        load("exp", root=tmp_path)
+
+
+def test_a_damaged_failure_record_does_not_hide_the_rest(tmp_path):
+    store = _populated(tmp_path)
+    latest = sorted((store.path / "failures").glob("fail-*"))[-1]
+    (latest / "failure.json").write_text("")
+    arms = load("exp", root=tmp_path).arms
+    damaged = arms[arms.status == "damaged"]
+    assert len(damaged) == 1 and "failure.json cannot be read" in damaged.cause.iloc[0]
+    assert set(arms[arms.status == "complete"].arm) == {"ok", "recovered"}
 
 
 def test_load_empty_experiment(tmp_path):
