@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 import labkit as lk
@@ -48,6 +49,8 @@ def test_the_context_is_part_of_the_spec_and_of_resume(tmp_path):
     assert spec["context"] == "serve" and spec["protocol"]["temperature"] is None
     store = ExperimentStore("ctx", tmp_path)
     work = store.new_workdir("default")
+    for table in ("requests", "trials"):  # a complete arm holds its tables
+        pd.DataFrame({"trial": [0]}).to_parquet(work / f"{table}.parquet")
     store.commit_arm("default", work, {"arm": "default", "spec": spec})
     assert store.check_resumable("default", spec)
     with pytest.raises(StoreConflict, match="different \\['context'\\]"):
