@@ -21,7 +21,7 @@ from labkit.errors import BadParameter
 from labkit.spec.knobs import ArmPlan, check_knobs, plan_arm
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                      sizes_text)
-from labkit.spec.models import ModelRef, resolve_model
+from labkit.spec.models import ModelRef, check_model, resolve_model
 from labkit.measure.platform import Platform, current_platform
 from labkit.spec.protocol import Protocol
 from labkit.store import ExperimentStore, Results, check_name, load
@@ -66,6 +66,17 @@ class Experiment:
         check_name(self.name, "experiment")
         if not isinstance(self.arms, dict) or not self.arms:
             raise BadParameter("arms must be a non-empty dict such as {'small': {'max_num_seqs': 4}}")
+        for arm, knobs in self.arms.items():
+            if not isinstance(knobs, dict):
+                raise BadParameter(f"arm {arm!r}: its knobs must be a dict such as {{'enforce_eager': True}} "
+                                   f"({{}} for vLLM's defaults), got {knobs!r}")
+        if not isinstance(self.model, str):
+            raise BadParameter(f"model must be a name, a model folder or a hub id (text), got {self.model!r}")
+        if self.results_dir is not None and not isinstance(self.results_dir, (str, Path)):
+            raise BadParameter(f"results_dir must be a folder path, got {self.results_dir!r}")
+        if isinstance(self.arm_timeout_s, bool) or not isinstance(self.arm_timeout_s, (int, float)) \
+                or self.arm_timeout_s <= 0:
+            raise BadParameter(f"arm_timeout_s must be a positive number of seconds, got {self.arm_timeout_s!r}")
         self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
         if not self.loads or not all(isinstance(w, (Workload, Mix)) for w in self.loads.values()):
             raise BadParameter("workload must be a labkit Workload or a non-empty dict of named Workloads, got "
@@ -85,6 +96,7 @@ class Experiment:
                       self.loads)
         if self.model == "auto":
             self.model = default_model(self.platform)
+        check_model(self.model)
         self.store = ExperimentStore(self.name, self.results_dir)
 
     # ---- planning (no engine) ------------------------------------------------------------------

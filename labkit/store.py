@@ -35,7 +35,7 @@ _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+
 
 def check_name(name: str, what: str) -> str:
     """The name, when it is safe as a folder name; otherwise BadParameter says what a `what` name may hold."""
-    if not name or not set(name) <= _SAFE or name.startswith("."):
+    if not isinstance(name, str) or not name or not set(name) <= _SAFE or name.startswith("."):
         raise BadParameter(f"{what} name {name!r} must be letters, digits and - _ . = + (used as a folder name)")
     return name
 

@@ -55,10 +55,13 @@ ATTENTION_BOUND_PCT = 40.0
 
 def load_trace(path: str | Path) -> pd.DataFrame:
     """Complete events of a chrome trace; gzip is detected from the bytes, since names do not always say."""
-    raw = Path(path).read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    data = json.loads(raw)
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadParameter(f"cannot read the profiler trace {path}: {type(exc).__name__}: {exc}") from None
     events = data.get("traceEvents", []) if isinstance(data, dict) else data
     rows = [(e.get("name", ""), e.get("cat", ""), e.get("ts", 0.0), e.get("dur", 0.0), e.get("pid", ""),
              e.get("tid", "")) for e in events if isinstance(e, dict) and e.get("ph") == "X"]

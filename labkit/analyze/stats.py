@@ -227,6 +227,8 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
     """The record a team files: per load, arm and metric the value with its CI, and the change against
     the baseline arm with its CI and verdict."""
+    if baseline_arm not in results.complete_arms:
+        raise BadParameter(f"no complete arm {baseline_arm!r} to compare with; complete arms: {results.complete_arms}")
     rows = []
     for load, part in results.per_load():
         summary = summarize(part, metrics)

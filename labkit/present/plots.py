@@ -10,6 +10,7 @@ import pandas as pd
 import seaborn as sns
 
 from labkit.analyze.stats import METRICS, summarize
+from labkit.errors import BadParameter
 
 
 def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFrame | None = None):
@@ -32,6 +33,9 @@ def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFr
 
 def latency_cdf(results, column: str = "ttft_ms"):
     """Cumulative distribution of a per-request latency (or of every inter-token gap with 'itl_ms')."""
+    latencies = [c for c in results.requests.columns if c.endswith("_ms")]
+    if column not in latencies:
+        raise BadParameter(f"no per-request latency {column!r}; the results hold {latencies}")
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for arm in results.complete_arms:
         frame = results.requests[results.requests.arm == arm]

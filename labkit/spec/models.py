@@ -157,6 +157,16 @@ class ModelRef:
                 "shape": asdict(self.shape) if self.shape else None}
 
 
+def check_model(name_or_path: str) -> None:
+    """Raise BadParameter unless the name is a synthetic shape, a local folder or a hub id (org/name); writes
+    nothing, so an experiment can check its model when it is defined."""
+    if name_or_path in SHAPES or Path(name_or_path).expanduser().is_dir() or (
+            "/" in name_or_path and not name_or_path.startswith(("/", "."))):
+        return
+    raise BadParameter(f"unknown model {name_or_path!r}: use one of {', '.join(SHAPES)}, "
+                       "a local model folder or a hub id such as 'meta-llama/Llama-3.1-8B'")
+
+
 def resolve_model(name_or_path: str, models_dir: str | Path | None = None) -> ModelRef:
     """A synthetic shape name, a local model folder or a hub id, made ready for an engine."""
     if name_or_path in SHAPES:
@@ -171,10 +181,8 @@ def resolve_model(name_or_path: str, models_dir: str | Path | None = None) -> Mo
                                f"{', '.join(SHAPES)}")
         shape = ModelShape.from_hf_config(json.loads(config_file.read_text()), local.name)
         return ModelRef(str(local), "auto", shape, synthetic=False)
-    if "/" in name_or_path and not name_or_path.startswith(("/", ".")):
-        return ModelRef(name_or_path, "auto", None, synthetic=False)  # hub id; its shape is unknown offline
-    raise BadParameter(f"unknown model {name_or_path!r}: use one of {', '.join(SHAPES)}, "
-                       "a local model folder or a hub id such as 'meta-llama/Llama-3.1-8B'")
+    check_model(name_or_path)
+    return ModelRef(name_or_path, "auto", None, synthetic=False)  # a hub id; its shape is unknown offline
 
 
 def materialize(shape: ModelShape, models_dir: str | Path | None = None) -> Path:

@@ -27,6 +27,10 @@ class Protocol:
             raise BadParameter(f"trials must be a positive integer, got {self.trials!r}")
         if not isinstance(self.warmup_requests, int) or self.warmup_requests < 0:
             raise BadParameter(f"warmup_requests must be >= 0, got {self.warmup_requests!r}")
+        if isinstance(self.kv_sample_interval_s, bool) or not isinstance(self.kv_sample_interval_s, (int, float)) \
+                or self.kv_sample_interval_s <= 0:
+            raise BadParameter(f"kv_sample_interval_s must be a positive number of seconds, got "
+                               f"{self.kv_sample_interval_s!r}")
         if not isinstance(self.profile_requests, int) or self.profile_requests < 0:
             raise BadParameter(f"profile_requests must be >= 0, got {self.profile_requests!r}")
         if self.temperature is not None and (isinstance(self.temperature, bool) or

@@ -20,6 +20,11 @@ def _count(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def _number(value) -> bool:
+    """A real number (not a bool, not text)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
 # ---- length distributions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fixed:
@@ -62,7 +67,10 @@ class LogNormal:
     high: int | None = None
 
     def __post_init__(self):
-        if self.median < 1 or self.sigma < 0 or self.low < 1 or (self.high is not None and self.high < self.low):
+        typed = _number(self.median) and _number(self.sigma) and _count(self.low) and (
+            self.high is None or _count(self.high))
+        if not typed or self.median < 1 or self.sigma < 0 or self.low < 1 or (
+                self.high is not None and self.high < self.low):
             raise BadParameter("LogNormal lengths need median >= 1, sigma >= 0 and 1 <= low <= high, got "
                                f"median={self.median}, sigma={self.sigma}, low={self.low}, high={self.high}")
 
@@ -79,13 +87,19 @@ class FromLog:
     values: tuple[int, ...]
 
     def __post_init__(self):
-        if not self.values or min(self.values) < 1:
-            raise BadParameter("FromLog needs a non-empty list of positive lengths")
+        if isinstance(self.values, (str, Path)):
+            raise BadParameter(f"FromLog takes the lengths themselves; for a file of lengths use "
+                               f"FromLog.read({str(self.values)!r})")
+        if not self.values or not all(_count(v) and v >= 1 for v in self.values):
+            raise BadParameter("FromLog needs a non-empty list of positive whole lengths")
 
     @classmethod
     def read(cls, path: str | Path) -> "FromLog":
         """A FromLog of the lengths in a file, one number per line; a value that is not a number raises BadParameter."""
-        text = Path(path).read_text().split()
+        try:
+            text = Path(path).read_text().split()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadParameter(f"cannot read the length log {path}: {exc}") from None
         try:
             return cls(tuple(int(float(v)) for v in text))
         except (ValueError, OverflowError) as exc:
@@ -132,7 +146,7 @@ class Poisson:
     burstiness: float = 1.0
 
     def __post_init__(self):
-        if self.rate <= 0 or self.burstiness <= 0:
+        if not (_number(self.rate) and _number(self.burstiness)) or self.rate <= 0 or self.burstiness <= 0:
             raise BadParameter(f"Poisson arrivals need rate > 0 and burstiness > 0, got {self.rate}, {self.burstiness}")
 
     def offsets(self, rng, count):
@@ -150,7 +164,7 @@ class Periodic:
     interval_s: float
 
     def __post_init__(self):
-        if self.first_s < 0 or self.interval_s <= 0:
+        if not (_number(self.first_s) and _number(self.interval_s)) or self.first_s < 0 or self.interval_s <= 0:
             raise BadParameter(f"Periodic arrivals need first_s >= 0 and interval_s > 0, got {self.first_s}, "
                                f"{self.interval_s}")
 
@@ -189,6 +203,13 @@ class Workload:
     def __post_init__(self):
         if not _count(self.num_requests) or self.num_requests < 1:
             raise BadParameter(f"num_requests must be a positive integer, got {self.num_requests!r}")
+        for name in ("prompt_len", "output_len"):
+            if not isinstance(getattr(self, name), (Fixed, Uniform, LogNormal, FromLog)):
+                raise BadParameter(f"{name} must be a length distribution (Fixed, Uniform, LogNormal, FromLog), such "
+                                   f"as lk.Fixed(128); got {getattr(self, name)!r}")
+        if not isinstance(self.arrival, (Burst, Concurrency, Poisson, Periodic)):
+            raise BadParameter(f"arrival must be Burst(), Concurrency(n), Poisson(rate) or Periodic(first_s, "
+                               f"interval_s); got {self.arrival!r}")
         if not (_count(self.shared_prefix_len) and _count(self.num_prefixes)) \
                 or self.shared_prefix_len < 0 or self.num_prefixes < 1:
             raise BadParameter("shared_prefix_len must be a whole number >= 0 and num_prefixes one >= 1, got "
