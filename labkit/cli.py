@@ -23,6 +23,7 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     from labkit.measure.environment import hardware_key
     from labkit.errors import BadParameter
     from labkit import settings
+    from labkit.files import make_portable
     from labkit.suite.notebooks import utc_stamp
     from labkit.suite.parameters import check_parameters
 
@@ -33,12 +34,25 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     out_dir = Path(output_dir or settings.current().runs_dir / f"{utc_stamp()}-{hardware_key()}")  # where and when the suite's go
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / source.name
-    papermill.execute_notebook(str(source), str(output), parameters=parameters, cwd=str(source.parent),
-                               kernel_name="python3", progress_bar=True)
+    try:
+        papermill.execute_notebook(str(source), str(output), parameters=parameters, cwd=str(source.parent),
+                                   kernel_name="python3", progress_bar=True)
+    except papermill.PapermillExecutionError as exc:
+        raise NotebookFailed(f"{source.name} failed in cell {exc.cell_index}: {exc.ename}: {exc.evalue}; the executed "
+                             f"copy with the error is {output}") from None
+    finally:
+        if output.exists():  # its outputs (logs, tracebacks) name this machine's paths
+            make_portable(output)
     return output
 
 
-EXIT_REGRESSION, EXIT_NOTEBOOK_FAILED = 1, 3
+# Exit status, one meaning each, for schedulers and CI: 0 clean, 1 a regression against the baseline,
+# 2 bad input or unusable data (the message says what to do), 3 a notebook failed.
+EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_NOTEBOOK_FAILED, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+class NotebookFailed(Exception):
+    """A notebook that `labkit run` executed raised an error; the executed copy keeps it."""
 
 
 def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, statuses: list[dict],
@@ -78,16 +92,23 @@ def main(argv: list[str] | None = None) -> int:
     regression, 3 on a failed notebook."""
     from labkit.errors import LabkitError
 
-    parser = argparse.ArgumentParser(prog="labkit", description="the vLLM tuning lab")
+    parser = argparse.ArgumentParser(prog="labkit", description="the vLLM tuning lab; exit status: 0 clean, "
+                                     "1 a regression, 2 bad input or unusable data, 3 a notebook failed")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="on an error, show the Python traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="execute a notebook with papermill; the executed copy goes under data/runs/")
+
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)  # --debug after any command
+
+    run = command("run", help="execute a notebook with papermill; the executed copy goes under data/runs/")
     run.add_argument("notebook")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     run.add_argument("-o", "--output-dir", help="where the executed notebook goes")
     run.add_argument("--profile", help="start from a suite parameter profile (cpu-smoke, cpu, gpu, h200); "
                      "-p values override it")
-    sub.add_parser("env", help="print the environment fingerprint as JSON")
-    suite = sub.add_parser("suite", help="run every notebook (or a layer, or a list) unattended, compare with "
+    command("env", help="print the environment fingerprint as JSON")
+    suite = command("suite", help="run every notebook (or a layer, or a list) unattended, compare with "
                            "the pinned baseline, write the report; exit 1 on a regression, 3 on a failed notebook")
     suite.add_argument("selection", nargs="*", help="layers (L3), folders (L3_kernel) or notebooks; default all")
     suite.add_argument("--profile", help="parameter profile (cpu-smoke, cpu, gpu, h200); default by hardware")
@@ -99,17 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     suite.add_argument("--baseline", metavar="DIR", action="append", help="compare with this run instead of the "
                        "pinned baseline (repeat it to add replicate runs of the same configuration)")
     suite.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (0.05 = 5 %%)")
-    pin = sub.add_parser("baseline", help="pin a suite run as the baseline for its hardware")
+    pin = command("baseline", help="pin a suite run as the baseline for its hardware")
     pin.add_argument("run")
     pin.add_argument("--replicate", action="store_true", help="add the run to the pinned baseline as one more run "
                      "of the same configuration, so verdicts weigh the noise between runs")
-    cmp = sub.add_parser("compare", help="compare a suite run with a baseline and write its report")
+    cmp = command("compare", help="compare a suite run with a baseline and write its report")
     cmp.add_argument("run")
     cmp.add_argument("--baseline", metavar="DIR", action="append",
                      help="compare with this run (repeat it for replicates) instead of the pinned baseline")
     cmp.add_argument("--threshold", type=float, default=0.05)
     cmp.add_argument("--report", metavar="PATH", help="write the report here instead of RUN/report.html")
-    sub.add_parser("journal", help="print the journal: change -> metric -> conclusion")
+    command("journal", help="print the journal: change -> metric -> conclusion")
     args = parser.parse_args(argv)
     try:
         if args.command == "env":
@@ -140,8 +161,21 @@ def main(argv: list[str] | None = None) -> int:
             params.update({name: _value(value) for name, value in args.parameter})
             print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")
     except LabkitError as exc:
+        if args.debug:
+            raise
         print(f"labkit: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except NotebookFailed as exc:
+        print(f"labkit: {exc}", file=sys.stderr)
+        return EXIT_NOTEBOOK_FAILED
+    except KeyboardInterrupt:
+        print("labkit: interrupted; what was complete is kept (a suite resumes with --resume RUN)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # not a case the lab explains yet: one line, the traceback on request
+        if args.debug:
+            raise
+        print(f"labkit: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0
 
 

@@ -11,7 +11,6 @@ from the replicates' spread, and only a change beyond what the baseline itself v
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -19,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from labkit import settings
-from labkit.errors import BadParameter, StoreConflict
+from labkit.errors import BadParameter, DamagedStore, StoreConflict
 from labkit.analyze.stats import VERDICT_METRICS, compare_groups, groups, metric, point, t_quantile
 from labkit.analyze.stats import verdict as stats_verdict
-from labkit.store import ExperimentStore, load, spec_hash
+from labkit.store import ExperimentStore, check_name, load, read_record, spec_hash
 from labkit.files import write_json_atomic
 from labkit.suite.runs import experiments, suite_meta
 
@@ -58,8 +57,14 @@ def baseline_runs(hardware: str, root: Path | None = None) -> list[Path]:
     pointer = root / hardware / "pinned.json"
     if not pointer.exists():
         return []
-    names = json.loads(pointer.read_text())
-    return [root / hardware / name for name in [names["run"], *names.get("replicates", [])]]
+    names = read_record(pointer, "run")
+    runs = [names["run"], *names.get("replicates", [])]
+    for name in runs:  # a name read from disk must not lead outside the hardware's folder
+        try:
+            check_name(name, "baseline run")
+        except BadParameter:
+            raise DamagedStore(f"{pointer} names {name!r}, which is not a run folder of {root / hardware}") from None
+    return [root / hardware / name for name in runs]
 
 
 def pinned(hardware: str, root: Path | None = None) -> Path | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.errors import BadParameter
-from labkit.store import load
+from labkit.store import load, read_record
 
 
 def suite_meta(run: str | Path) -> dict:
@@ -16,7 +16,7 @@ def suite_meta(run: str | Path) -> dict:
     path = Path(run) / "suite.json"
     if not path.exists():
         raise BadParameter(f"{run} is not a suite run (no suite.json): make one with `labkit suite`")
-    return json.loads(path.read_text())
+    return read_record(path, "hardware_key", "environment")
 
 
 def experiments(run: str | Path) -> list[str]:

@@ -1,4 +1,5 @@
-"""The command line: parameter values from text, and a clear error for a missing notebook."""
+"""The command line: parameter values from text, and exit statuses with one meaning each (0 clean, 1 a regression,
+2 bad input or unusable data, 3 a notebook failed), each error one line unless --debug."""
 import pytest
 
 from labkit import cli
@@ -56,3 +57,53 @@ def test_run_writes_where_the_suite_does_stamped_in_utc(tmp_path, monkeypatch):
     [run] = (tmp_path / "runs").iterdir()
     assert re.fullmatch(r"\d{8}T\d{6}Z-.+", run.name), run.name
     assert (run / "tiny.ipynb").exists()
+
+
+def _tiny_notebook(path, body: str):
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("x: int = 1  # a parameter")
+    cell.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_code_cell(body)])
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_failing_notebook_exits_3_naming_the_cell_and_the_executed_copy(tmp_path, capsys):
+    notebook = _tiny_notebook(tmp_path / "fails.ipynb", "raise ValueError('the check failed')")
+    assert cli.main(["run", str(notebook), "-o", str(tmp_path / "out")]) == cli.EXIT_NOTEBOOK_FAILED
+    err = capsys.readouterr().err
+    assert "fails.ipynb failed in cell 1: ValueError: the check failed" in err and "Traceback" not in err
+    assert (tmp_path / "out" / "fails.ipynb").exists()
+
+
+def test_unusable_data_is_one_line_and_exit_2_and_debug_shows_the_traceback(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "suite.json").write_text('{"profile": "cpu-smoke", "hardware')  # cut short
+    assert cli.main(["compare", str(run)]) == cli.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "suite.json cannot be read" in err and "Traceback" not in err
+    with pytest.raises(Exception, match="suite.json cannot be read"):
+        cli.main(["compare", str(run), "--debug"])
+
+
+def test_an_error_the_lab_does_not_explain_is_still_one_line_and_not_a_regression(tmp_path, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("something the lab did not foresee")
+
+    monkeypatch.setattr("labkit.measure.environment.fingerprint", broken)
+    assert cli.main(["env"]) == cli.EXIT_BAD_INPUT != cli.EXIT_REGRESSION
+    err = capsys.readouterr().err
+    assert err.startswith("labkit: KeyError:") and "--debug" in err and err.count("\n") == 1
+
+
+def test_a_baseline_pointer_cannot_lead_outside_its_folder(tmp_path, capsys, monkeypatch):
+    (tmp_path / "h200").mkdir()
+    (tmp_path / "h200" / "pinned.json").write_text('{"run": "../../elsewhere", "replicates": []}')
+    from labkit.errors import DamagedStore
+    from labkit.suite import baseline
+
+    with pytest.raises(DamagedStore, match="not a run folder"):
+        baseline.baseline_runs("h200", tmp_path)
