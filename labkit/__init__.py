@@ -2,7 +2,8 @@
 
 `import labkit` loads neither torch nor vLLM: engines live only in the arm worker processes.
 """
-from labkit.errors import BadParameter, DamagedStore, LabkitError, NotApplicable, StoreConflict
+from labkit.errors import (BadParameter, DamagedStore, LabkitError, NotApplicable, StoreConflict,
+                           StoreUnwritable)
 from labkit.experiment import Experiment, default_model
 from labkit.spec.knobs import KNOBS, plan_arm
 from labkit.spec.models import SHAPES, ModelShape, resolve_model
@@ -13,7 +14,7 @@ from labkit.suite.parameters import smoke_parameters
 from labkit.spec.workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform, Workload
 
 __all__ = [
-    "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "Experiment", "default_model", "KNOBS",
+    "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable", "Experiment", "default_model", "KNOBS",
     "plan_arm", "SHAPES", "ModelShape", "resolve_model", "current_platform", "Protocol", "Results", "load", "smoke_parameters",
     "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform", "Workload",
 ]

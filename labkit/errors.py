@@ -19,3 +19,7 @@ class StoreConflict(LabkitError):
 
 class DamagedStore(LabkitError):
     """A stored file that cannot be read as the lab wrote it (cut short, edited, missing): it names the file."""
+
+
+class StoreUnwritable(LabkitError):
+    """The store's folder cannot be written (read-only, full disk, no such place): nothing was half-written."""

@@ -28,7 +28,7 @@ import pandas as pd
 
 from labkit import settings
 from labkit.files import make_portable, write_json_atomic
-from labkit.errors import BadParameter, DamagedStore, StoreConflict
+from labkit.errors import BadParameter, DamagedStore, StoreConflict, StoreUnwritable
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
 
@@ -94,8 +94,12 @@ class ExperimentStore:
         """Hold the experiment for this process: one writer at a time. The lock is the kernel's (fcntl), so it
         goes with its process however that process ends; a lock file left by a dead run is simply taken. A
         second run is refused, naming the holder, before it touches anything."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / ".lock", "a+")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path / ".lock", "a+")
+        except OSError as exc:
+            raise StoreUnwritable(f"cannot write experiment {self.name!r} under {self.path.parent} ({exc.strerror or exc}); "
+                                  "give results_dir (or LABKIT_RESULTS_DIR) a folder this process can write") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -121,26 +125,29 @@ class ExperimentStore:
 
     def commit_arm(self, arm: str, workdir: Path, meta: dict) -> Path:
         """The arm's folder, once arm.json is written and the workdir renamed to it; an arm already stored
-        there raises StoreConflict."""
-        write_json_atomic(workdir / "arm.json", meta)
-        make_portable(workdir)  # stored results name no path of this machine
-        target = self.arm_dir(arm)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_dir() and not any(target.iterdir()):
-            target.rmdir()  # an empty folder holds no measurement: nothing is lost by taking its place
-        if target.exists():
-            raise StoreConflict(f"{target} appeared while this arm ran; nothing was overwritten "
-                                f"(the new measurement stays in {workdir})")
-        os.rename(workdir, target)
+        there raises StoreConflict. A write that fails (a full disk) raises StoreUnwritable and leaves the
+        measurement in its workdir, never a half-written arm."""
+        with _writing(f"arm {arm!r}", workdir):
+            write_json_atomic(workdir / "arm.json", meta)
+            make_portable(workdir)  # stored results name no path of this machine
+            target = self.arm_dir(arm)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_dir() and not any(target.iterdir()):
+                target.rmdir()  # an empty folder holds no measurement: nothing is lost by taking its place
+            if target.exists():
+                raise StoreConflict(f"{target} appeared while this arm ran; nothing was overwritten "
+                                    f"(the new measurement stays in {workdir})")
+            os.rename(workdir, target)
         return target
 
     def record_failure(self, arm: str, workdir: Path, meta: dict) -> Path:
         """The failure's folder under failures/, once failure.json is written and the workdir renamed to it."""
-        write_json_atomic(workdir / "failure.json", meta)
-        make_portable(workdir)
-        target = self.path / "failures" / f"{arm}-{_utc_stamp()}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(workdir, target)
+        with _writing(f"the failure of arm {arm!r}", workdir):
+            write_json_atomic(workdir / "failure.json", meta)
+            make_portable(workdir)
+            target = self.path / "failures" / f"{arm}-{_utc_stamp()}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(workdir, target)
         return target
 
     def record_skip(self, arm: str, meta: dict) -> None:
@@ -161,6 +168,16 @@ class ExperimentStore:
             shutil.rmtree(work, ignore_errors=True)
             removed.append(work)
         return removed
+
+
+@contextlib.contextmanager
+def _writing(what: str, workdir: Path):
+    """Turn a failed write into StoreUnwritable naming what was being stored and where its files stay."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreUnwritable(f"could not store {what} ({exc.strerror or exc}); nothing was half-written, and its "
+                              f"files stay in {workdir} until the next run: free space or fix the folder, then rerun") from None
 
 
 def _alive(pid: int) -> bool:

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from labkit.errors import BadParameter, DamagedStore, StoreConflict
+from labkit.errors import BadParameter, DamagedStore, StoreConflict, StoreUnwritable
 from labkit.store import ExperimentStore, check_name, load
 
 SPEC_A = {"knobs": {"max_num_seqs": 8}, "workload": {"num_requests": 4}, "model": "tiny-llama"}
@@ -266,3 +266,29 @@ def test_a_second_run_is_refused_naming_the_holder_and_touches_nothing(tmp_path)
         holder.wait()
     with ExperimentStore("exp", root=tmp_path).lock():  # a dead holder's lock file is simply taken
         assert f"pid {os.getpid()}" in (tmp_path / "exp" / ".lock").read_text()
+
+
+def test_a_full_disk_while_storing_leaves_no_half_written_arm(tmp_path, monkeypatch):
+    import errno
+
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    work = _workdir(store, "ok")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("labkit.files.os.replace", disk_full)
+    with pytest.raises(StoreUnwritable, match="No space left on device.*stay in"):
+        store.commit_arm("ok", work, _meta("ok"))
+    assert not store.arm_dir("ok").exists() and store.completed_spec("ok") is None  # resume measures it again
+    assert sorted(p.name for p in work.iterdir()) == ["engine.log", "requests.parquet", "trials.parquet"]
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_anything_runs(tmp_path):
+    from labkit import Experiment, Workload
+
+    exp = Experiment("exp", {"a": {}}, Workload.closed_loop(4, 16, 4, 2), model="tiny-llama",
+                     results_dir="/proc/labkit-results")  # read-only even for root
+    with pytest.raises(StoreUnwritable, match="cannot write experiment 'exp' under /proc/labkit-results"):
+        exp.run(progress=False)
