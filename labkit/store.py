@@ -99,7 +99,7 @@ class ExperimentStore:
             handle = open(self.path / ".lock", "a+")
         except OSError as exc:
             raise StoreUnwritable(f"cannot write experiment {self.name!r} under {self.path.parent} ({exc.strerror or exc}); "
-                                  "give results_dir (or LABKIT_RESULTS_DIR) a folder this process can write") from None
+                                  f"give results_dir (or {settings.VARIABLES['results_dir']}) a folder this process can write") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
