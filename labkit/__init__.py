@@ -5,16 +5,18 @@
 from labkit.errors import (BadParameter, DamagedStore, LabkitError, NotApplicable, StoreConflict,
                            StoreUnwritable)
 from labkit.experiment import Experiment, default_model
+from labkit.measure.platform import current_platform
 from labkit.spec.knobs import KNOBS, plan_arm
 from labkit.spec.models import SHAPES, ModelShape, resolve_model
-from labkit.measure.platform import current_platform
 from labkit.spec.protocol import Protocol
+from labkit.spec.workload import (Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform,
+                                  Workload)
 from labkit.store import Results, load
 from labkit.suite.parameters import smoke_parameters
-from labkit.spec.workload import Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform, Workload
 
 __all__ = [
-    "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable", "Experiment", "default_model", "KNOBS",
-    "plan_arm", "SHAPES", "ModelShape", "resolve_model", "current_platform", "Protocol", "Results", "load", "smoke_parameters",
-    "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform", "Workload",
+    "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable",
+    "Experiment", "default_model", "current_platform", "KNOBS", "plan_arm", "SHAPES", "ModelShape", "resolve_model",
+    "Protocol", "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform",
+    "Workload", "Results", "load", "smoke_parameters",
 ]

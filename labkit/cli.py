@@ -31,7 +31,8 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     if not source.exists():
         raise BadParameter(f"no notebook {notebook}; the lab's notebooks are under {settings.NOTEBOOKS}")
     parameters = check_parameters(source, parameters)  # before any kernel starts
-    out_dir = Path(output_dir or settings.current().runs_dir / f"{utc_stamp()}-{hardware_key()}")  # where and when the suite's go
+    # where and when the suite's go: the runs folder, a UTC-stamped folder
+    out_dir = Path(output_dir or settings.current().runs_dir / f"{utc_stamp()}-{hardware_key()}")
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / source.name
     try:

@@ -98,8 +98,9 @@ class ExperimentStore:
             self.path.mkdir(parents=True, exist_ok=True)
             handle = open(self.path / ".lock", "a+")
         except OSError as exc:
-            raise StoreUnwritable(f"cannot write experiment {self.name!r} under {self.path.parent} ({exc.strerror or exc}); "
-                                  f"give results_dir (or {settings.VARIABLES['results_dir']}) a folder this process can write") from None
+            raise StoreUnwritable(f"cannot write experiment {self.name!r} under {self.path.parent} "
+                                  f"({exc.strerror or exc}); give results_dir (or "
+                                  f"{settings.VARIABLES['results_dir']}) a folder this process can write") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
