@@ -78,17 +78,6 @@ def test_different_hardware_is_refused(tmp_path):
         baseline.compare_runs(run, base)
 
 
-def test_environment_diff_names_what_changed(tmp_path):
-    base = make_run(tmp_path / "base", {}, env=ENV)
-    changed = {**ENV, "driver": "590", "packages": {"vllm": "0.27.0"}, "tuning_variables": {"VLLM_X": "1"},
-               "cpu_signature": "family 6 model 173 stepping 1"}
-    run = make_run(tmp_path / "run", {}, env=changed)
-    diff = runs.environment_diff(run, base).set_index("what")
-    assert diff.loc["cpu_signature", "run"] == "family 6 model 173 stepping 1"
-    assert diff.loc["driver", "run"] == "590" and diff.loc["package vllm", "baseline"] == "0.26.0"
-    assert diff.loc["variable VLLM_X", "run"] == "1" and "gpus" not in diff.index
-
-
 def test_exit_status_and_report(tmp_path):
     base = make_run(tmp_path / "base", {"e": {"a": (10.0, 1000.0, 1)}})
     worse = make_run(tmp_path / "worse", {"e": {"a": (12.0, 800.0, 2)}})

@@ -1,10 +1,8 @@
 """Experiment planning without an engine: launch overrides (one deliberate change forced onto every arm) and
 the length checks that run before any engine starts."""
-import json
 
 import pytest
 
-from labkit.suite import runs
 from labkit.errors import BadParameter
 from labkit import settings
 from labkit.experiment import Experiment, launch_overrides
@@ -56,16 +54,6 @@ def test_bad_environment_override_is_a_clear_error(monkeypatch, text, words):
     monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, text)
     with pytest.raises(BadParameter, match=words):
         launch_overrides()
-
-
-def test_environment_diff_names_the_override(tmp_path):
-    env = {"gpus": ["NVIDIA H200"], "packages": {}, "tuning_variables": {}}
-    for name, overrides in (("base", {}), ("run", {"enforce_eager": True})):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "suite.json").write_text(json.dumps({"hardware_key": "h200", "environment": env,
-                                                                "overrides": overrides}))
-    diff = runs.environment_diff(tmp_path / "run", tmp_path / "base")
-    assert diff.to_dict("records") == [{"what": "launch override enforce_eager", "baseline": None, "run": True}]
 
 
 def test_max_model_len_beyond_the_shape_fails_before_any_engine(tmp_path):
