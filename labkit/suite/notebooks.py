@@ -24,7 +24,6 @@ from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
 from labkit.files import make_portable, portable, write_json_atomic
 
 NOTEBOOKS = settings.NOTEBOOKS
-LAYERS = ("L1", "L2", "L3", "L4")
 
 def utc_stamp() -> str:
     """The one clock of run folders: UTC, so runs made on machines in other time zones sort together."""
@@ -51,7 +50,8 @@ def discover(selection: list[str] | None = None) -> list[Path]:
         rel = [p for p in found if str(p.relative_to(NOTEBOOKS)).startswith(item)
                or p.parent.name.startswith(item) or str(p) == str(Path(item).resolve())]
         if not rel:
-            raise BadParameter(f"{item!r} names no notebook; layers are {list(LAYERS)}, notebooks are "
+            layers = sorted({p.parent.name.split("_")[0] for p in found if p.parent != NOTEBOOKS})
+            raise BadParameter(f"{item!r} names no notebook; layers are {layers}, notebooks are "
                                f"{[str(p.relative_to(NOTEBOOKS)) for p in found]}")
         chosen += [p for p in rel if p not in chosen]
     return chosen
