@@ -13,6 +13,7 @@ import numpy as np
 
 from labkit.errors import BadParameter
 from labkit.spec.models import FIRST_TEXT_ID
+from labkit.spec.prompts import Template
 
 
 def _count(value) -> bool:
@@ -193,7 +194,7 @@ class Workload:
     process and the shared prefixes."""
 
     num_requests: int
-    prompt_len: Lengths  # tokens after the shared prefix
+    prompt_len: Lengths | Template  # tokens after the shared prefix, or a template of segments
     output_len: Lengths  # generated tokens (exact: EOS is ignored)
     arrival: Arrival = field(default_factory=Burst)
     shared_prefix_len: int = 0
@@ -203,10 +204,11 @@ class Workload:
     def __post_init__(self):
         if not _count(self.num_requests) or self.num_requests < 1:
             raise BadParameter(f"num_requests must be a positive integer, got {self.num_requests!r}")
-        for name in ("prompt_len", "output_len"):
-            if not isinstance(getattr(self, name), (Fixed, Uniform, LogNormal, FromLog)):
-                raise BadParameter(f"{name} must be a length distribution (Fixed, Uniform, LogNormal, FromLog), such "
-                                   f"as lk.Fixed(128); got {getattr(self, name)!r}")
+        for name, kinds in (("prompt_len", (Fixed, Uniform, LogNormal, FromLog, Template)),
+                            ("output_len", (Fixed, Uniform, LogNormal, FromLog))):
+            if not isinstance(getattr(self, name), kinds):
+                raise BadParameter(f"{name} must be one of {[k.__name__ for k in kinds]}, such as lk.Fixed(128); "
+                                   f"got {getattr(self, name)!r}")
         if not isinstance(self.arrival, (Burst, Concurrency, Poisson, Periodic)):
             raise BadParameter(f"arrival must be Burst(), Concurrency(n), Poisson(rate) or Periodic(first_s, "
                                f"interval_s); got {self.arrival!r}")
@@ -214,6 +216,9 @@ class Workload:
                 or self.shared_prefix_len < 0 or self.num_prefixes < 1:
             raise BadParameter("shared_prefix_len must be a whole number >= 0 and num_prefixes one >= 1, got "
                                f"{self.shared_prefix_len!r} and {self.num_prefixes!r}")
+        if isinstance(self.prompt_len, Template) and (self.shared_prefix_len or self.num_prefixes != 1):
+            raise BadParameter("a Template names its shared segments itself: leave shared_prefix_len and num_prefixes "
+                               "out, and give the shared part as Segment(name, tokens, 'shared', variants=N)")
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Every request's prompt length (shared prefix included) and output length, and the send offsets (None
@@ -239,6 +244,10 @@ class Workload:
             raise BadParameter(f"vocab_size {vocab_size} is too small to draw prompts from")
         prompt, output, arrivals = self.lengths()
         rng = np.random.default_rng([self.seed, content_seed])
+        if isinstance(self.prompt_len, Template):
+            prompts = self.prompt_len.compose(self.num_requests, rng, FIRST_TEXT_ID, vocab_size)
+            return [Request(i, tokens, int(output[i]), None if arrivals is None else float(arrivals[i]))
+                    for i, tokens in enumerate(prompts)]
         prefixes = rng.integers(FIRST_TEXT_ID, vocab_size, size=(self.num_prefixes, self.shared_prefix_len))
         requests = []
         for i in range(self.num_requests):
@@ -251,7 +260,7 @@ class Workload:
     def to_dict(self) -> dict:
         """The workload as plain data, each distribution and arrival process with its kind; `from_dict` reads it."""
         def describe(obj):
-            return {"kind": type(obj).__name__, **asdict(obj)}
+            return obj.to_dict() if isinstance(obj, Template) else {"kind": type(obj).__name__, **asdict(obj)}
         return {"num_requests": self.num_requests, "prompt_len": describe(self.prompt_len),
                 "output_len": describe(self.output_len), "arrival": describe(self.arrival),
                 "shared_prefix_len": self.shared_prefix_len, "num_prefixes": self.num_prefixes,
@@ -265,6 +274,8 @@ class Workload:
         kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson, Periodic)}
 
         def make(d):
+            if d.get("kind") == "Template":
+                return Template.from_dict(d)
             d = dict(d)
             kind = kinds[d.pop("kind")]
             if kind is FromLog:
