@@ -334,7 +334,18 @@ def load(name: str, root: str | Path | None = None) -> Results:
         arms = arms.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
     return Results(name, store.path, spec, arms,
                    pd.concat(requests, ignore_index=True) if requests else pd.DataFrame(),
-                   pd.concat(trials, ignore_index=True) if trials else pd.DataFrame(), environment)
+                   _with_cache_columns(pd.concat(trials, ignore_index=True)) if trials else pd.DataFrame(), environment)
+
+
+def _with_cache_columns(trials: pd.DataFrame) -> pd.DataFrame:
+    """The prefix cache's share of each trial's prompt tokens and the prefill tokens left to compute, from the
+    engine's counters (vLLM counts the prompt tokens it received, queried in the cache and found there; with
+    the cache off it queries none, so it served none)."""
+    if not {"prefix_cache_queries", "prefix_cache_hits", "engine_prompt_tokens"} <= set(trials):
+        return trials
+    queries, hits, prompt = trials.prefix_cache_queries, trials.prefix_cache_hits, trials.engine_prompt_tokens
+    hit_pct = (100 * hits / queries.where(queries > 0)).where(queries > 0, 0.0).where(prompt > 0)
+    return trials.assign(prefix_hit_pct=hit_pct, prefill_tokens_computed=prompt - hits)
 
 
 def _flat(meta: dict) -> dict:

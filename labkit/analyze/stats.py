@@ -36,6 +36,10 @@ def _metrics() -> dict[str, Metric]:
                                   ("request_s", "request_s", "completed requests per second")):
         out[name] = Metric(name, "trial", column, None, False, meaning)
     out["preemptions"] = Metric("preemptions", "trial", "preemptions", None, True, "preemptions per trial")
+    out["prefix_hit_pct"] = Metric("prefix_hit_pct", "trial", "prefix_hit_pct", None, False,
+                                   "prompt tokens served from the prefix cache, % of those queried")
+    out["prefill_tokens_computed"] = Metric("prefill_tokens_computed", "trial", "prefill_tokens_computed", None, True,
+                                            "prompt tokens prefilled (not served from the cache) per trial")
     out["kv_usage_peak_pct"] = Metric("kv_usage_peak_pct", "trial", "kv_usage_peak_pct", None, True,
                                       "peak KV-cache usage, % of the pool")
     for prefix, level, column, meaning in (("ttft", "request", "ttft_ms", "time to first token"),

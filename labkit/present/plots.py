@@ -123,3 +123,21 @@ def tradeoff(table: pd.DataFrame, x: str, y: str):
     ax.set_ylabel(y)
     fig.tight_layout()
     return fig
+
+
+def working_set(table: pd.DataFrame, knee: float | None = None):
+    """Hit rate and TTFT P50 against the number of distinct shared prefixes (log x), with 95 % intervals and
+    the predicted knee where the prefixes outgrow the KV pool (from `prefix_cache.working_set_table`)."""
+    fig, (hit, ttft) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, name, label in ((hit, "prefix_hit_pct", "prompt tokens from the cache (%)"),
+                            (ttft, "ttft_p50_ms", "TTFT P50 (ms)")):
+        ax.errorbar(table.prefixes, table[name], yerr=[table[name] - table[f"{name}_low"],
+                                                      table[f"{name}_high"] - table[name]], marker="o", capsize=3)
+        if knee:
+            ax.axvline(knee, color="gray", linestyle="--", label=f"predicted knee: {knee:.0f} prefixes fill the pool")
+            ax.legend(fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("distinct shared prefixes in the load")
+        ax.set_ylabel(label)
+    fig.tight_layout()
+    return fig

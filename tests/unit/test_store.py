@@ -292,3 +292,14 @@ def test_a_folder_that_cannot_be_written_is_refused_before_anything_runs(tmp_pat
                      results_dir="/proc/labkit-results")  # read-only even for root
     with pytest.raises(StoreUnwritable, match="cannot write experiment 'exp' under /proc/labkit-results"):
         exp.run(progress=False)
+
+
+def test_the_cache_share_comes_from_the_engine_counters(tmp_path):
+    from labkit.store import _with_cache_columns
+
+    trials = pd.DataFrame({"prefix_cache_queries": [4608.0, 0.0], "prefix_cache_hits": [3840.0, 0.0],
+                           "engine_prompt_tokens": [4608.0, 4608.0]})  # cache on, then cache off
+    out = _with_cache_columns(trials)
+    assert out.prefix_hit_pct.tolist() == [pytest.approx(83.333, rel=1e-4), 0.0]
+    assert out.prefill_tokens_computed.tolist() == [768.0, 4608.0]
+    assert "prefix_hit_pct" not in _with_cache_columns(pd.DataFrame({"output_tok_s": [1.0]}))

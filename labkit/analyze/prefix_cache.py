@@ -1,0 +1,86 @@
+"""The prefix cache, read from stored results: how many prompt tokens it served, what was left to prefill,
+and what that did to TTFT, per load and arm; where a working set of shared prefixes outgrows the KV pool;
+the conclusion in one sentence with its interval.
+
+Hit rates come from vLLM's own counters (prompt tokens queried and hit), summed over each trial.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from labkit.analyze import stats
+from labkit.analyze.roofline import Peaks, prefill_floor_s
+from labkit.errors import BadParameter
+from labkit.spec.models import ModelShape
+
+CACHE_METRICS = ["prefix_hit_pct", "prefill_tokens_computed", "ttft_p50_ms", "ttft_p99_ms", "output_tok_s"]
+
+
+def cache_table(results, metrics: list[str] | None = None) -> pd.DataFrame:
+    """Per load and arm: each metric's value and 95 % interval ("value [low, high]" in `shown`), and the
+    prompt tokens sent per trial, to set against those prefilled."""
+    if "prefix_hit_pct" not in results.trials:
+        raise BadParameter("these results hold no prefix-cache counters (measured before the lab recorded them)")
+    rows = []
+    for load, part in results.per_load():
+        summary = stats.summarize(part, metrics or CACHE_METRICS)
+        sent = part.requests.groupby(["arm", "trial"]).prompt_tokens.sum().groupby("arm").mean()
+        for row in summary.itertuples():
+            rows.append({"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,
+                         "ci_low": row.ci_low, "ci_high": row.ci_high,
+                         "shown": f"{row.value:.4g} [{row.ci_low:.4g}, {row.ci_high:.4g}]",
+                         "prompt_tokens_sent": float(sent.get(row.arm, np.nan))})
+    return pd.DataFrame(rows)
+
+
+def working_set_knee(pool_tokens: float, prefix_tokens: int) -> float:
+    """How many distinct shared prefixes the KV pool holds at once (pool tokens / prefix tokens): requests
+    cycling through more than that evict each prefix before it is asked for again."""
+    if prefix_tokens <= 0 or not pool_tokens or pool_tokens <= 0:
+        raise BadParameter(f"the knee needs a positive pool and prefix length, got {pool_tokens} and {prefix_tokens}")
+    return float(pool_tokens) / prefix_tokens
+
+
+def compare_loads(results, arm: str, baseline_load: str, candidate_load: str,
+                  metric_name: str = "ttft_p50_ms") -> stats.Comparison:
+    """One arm's metric under the candidate load against the baseline load (two layouts of the same tokens,
+    measured on the same engine), with the interval of the relative change."""
+    m = stats.metric(metric_name)
+    base, cand = (stats.groups(results.select(load), arm, m) for load in (baseline_load, candidate_load))
+    if not base or not cand:
+        raise BadParameter(f"arm {arm!r} has no {metric_name} under {baseline_load!r} and {candidate_load!r}")
+    return stats.compare_groups(base, cand, m)
+
+
+def layout_conclusion(results, arm: str, shared_first: str, unique_first: str) -> str:
+    """"hit rate X % -> TTFT -Y % (CI)": what putting the shared segments first bought, on one arm."""
+    hit = {load: stats.point(stats.groups(results.select(load), arm, stats.metric("prefix_hit_pct")),
+                             stats.metric("prefix_hit_pct")) for load in (shared_first, unique_first)}
+    parts = [f"{arm}: shared segments first, the cache served {hit[shared_first]:.0f} % of prompt tokens "
+             f"(against {hit[unique_first]:.0f} % with them last)"]
+    for name in ("ttft_p50_ms", "ttft_p99_ms"):
+        c = compare_loads(results, arm, unique_first, shared_first, name)
+        parts.append(f"{name} {c.rel_change:+.0%} (95 % CI {c.ci_low:+.0%} to {c.ci_high:+.0%}, {c.verdict})")
+    return "; ".join(parts)
+
+
+def uncached_ttft_floor_ms(shape: ModelShape, peaks: Peaks, uncached_tokens: float) -> float:
+    """The TTFT floor of the prompt tokens the cache does not serve: their prefill at peak FLOP/s."""
+    return 1e3 * prefill_floor_s(shape, peaks, uncached_tokens)
+
+
+def working_set_table(results, arm: str, prefixes_by_load: dict[str, int]) -> pd.DataFrame:
+    """One row per working-set load of one arm: the number of distinct shared prefixes, the hit rate and
+    TTFT P50 with their intervals."""
+    rows = []
+    for load, prefixes in prefixes_by_load.items():
+        summary = stats.summarize(results.select(load), ["prefix_hit_pct", "ttft_p50_ms"]).set_index(["arm", "metric"])
+        if arm not in summary.index.get_level_values("arm"):
+            continue
+        row = {"load": load, "prefixes": prefixes}
+        for name in ("prefix_hit_pct", "ttft_p50_ms"):
+            row.update({name: summary.loc[(arm, name), "value"], f"{name}_low": summary.loc[(arm, name), "ci_low"],
+                        f"{name}_high": summary.loc[(arm, name), "ci_high"]})
+        rows.append(row)
+    return pd.DataFrame(rows)
