@@ -73,14 +73,4 @@ def uncached_ttft_floor_ms(shape: ModelShape, peaks: Peaks, uncached_tokens: flo
 def working_set_table(results, arm: str, prefixes_by_load: dict[str, int]) -> pd.DataFrame:
     """One row per working-set load of one arm: the number of distinct shared prefixes, the hit rate and
     TTFT P50 with their intervals."""
-    rows = []
-    for load, prefixes in prefixes_by_load.items():
-        summary = stats.summarize(results.select(load), ["prefix_hit_pct", "ttft_p50_ms"]).set_index(["arm", "metric"])
-        if arm not in summary.index.get_level_values("arm"):
-            continue
-        row = {"load": load, "prefixes": prefixes}
-        for name in ("prefix_hit_pct", "ttft_p50_ms"):
-            row.update({name: summary.loc[(arm, name), "value"], f"{name}_low": summary.loc[(arm, name), "ci_low"],
-                        f"{name}_high": summary.loc[(arm, name), "ci_high"]})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return stats.by_load(results, arm, prefixes_by_load, ["prefix_hit_pct", "ttft_p50_ms"], x="prefixes")

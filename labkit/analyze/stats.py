@@ -208,6 +208,22 @@ def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, th
     return compare_groups(groups(results, baseline_arm, m), groups(results, candidate_arm, m), m, threshold)
 
 
+def by_load(results, arm: str, x_by_load: dict[str, float], metrics: list[str], x: str = "x") -> pd.DataFrame:
+    """One arm's metrics across loads that differ in one quantity (prompt length, distinct prefixes...): one
+    row per load with that quantity as column `x`, and each metric's value with `_low` and `_high` (95 %)."""
+    rows = []
+    for load, value in x_by_load.items():
+        summary = summarize(results.select(load), metrics).set_index(["arm", "metric"])
+        if arm not in summary.index.get_level_values("arm"):
+            continue
+        row = {"load": load, x: value}
+        for name in metrics:
+            low, point_, high = summary.loc[(arm, name), ["ci_low", "value", "ci_high"]]
+            row.update({name: point_, f"{name}_low": low, f"{name}_high": high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 class ArmComparisons(list):
     """(arm, baseline arm, Comparison) for every other arm and metric: prints as one sentence per line,
     `.table()` gives the numbers as a DataFrame."""

@@ -125,19 +125,24 @@ def tradeoff(table: pd.DataFrame, x: str, y: str):
     return fig
 
 
-def working_set(table: pd.DataFrame, knee: float | None = None):
-    """Hit rate and TTFT P50 against the number of distinct shared prefixes (log x), with 95 % intervals and
-    the predicted knee where the prefixes outgrow the KV pool (from `prefix_cache.working_set_table`)."""
-    fig, (hit, ttft) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for ax, name, label in ((hit, "prefix_hit_pct", "prompt tokens from the cache (%)"),
-                            (ttft, "ttft_p50_ms", "TTFT P50 (ms)")):
-        ax.errorbar(table.prefixes, table[name], yerr=[table[name] - table[f"{name}_low"],
-                                                      table[f"{name}_high"] - table[name]], marker="o", capsize=3)
-        if knee:
-            ax.axvline(knee, color="gray", linestyle="--", label=f"predicted knee: {knee:.0f} prefixes fill the pool")
+def by_load(table: pd.DataFrame, x: str, metrics: list[str], labels: dict[str, str] | None = None,
+            floors: dict[str, pd.Series] | None = None, marks: dict[str, tuple[float, str]] | None = None,
+            logx: bool = False):
+    """One panel per metric against the quantity `x` the loads differ in (from `stats.by_load`), with 95 %
+    intervals; `floors` draws a physical floor under a metric, `marks` a vertical line (position, label)."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], metrics):
+        ax.errorbar(table[x], table[name], yerr=[table[name] - table[f"{name}_low"], table[f"{name}_high"] - table[name]],
+                    marker="o", capsize=3, label="measured")
+        if floors and name in floors:
+            ax.plot(table[x], floors[name], linestyle=":", color="gray", label="hardware floor")
+        if marks and name in marks:
+            ax.axvline(marks[name][0], color="gray", linestyle="--", label=marks[name][1])
+        if (floors and name in floors) or (marks and name in marks):
             ax.legend(fontsize=8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("distinct shared prefixes in the load")
-        ax.set_ylabel(label)
+        if logx:
+            ax.set_xscale("log", base=2)
+        ax.set_xlabel(x.replace("_", " "))
+        ax.set_ylabel((labels or {}).get(name, name))
     fig.tight_layout()
     return fig

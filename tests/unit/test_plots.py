@@ -86,3 +86,14 @@ def test_tradeoff_labels_every_arm():
     ax = plots.tradeoff(table, "gain", "cost").axes[0]
     assert [t.get_text() for t in ax.texts] == ["x", "y"]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("gain", "cost")
+
+
+def test_by_load_draws_each_metric_against_the_quantity_with_its_floor_and_mark():
+    table = pd.DataFrame({"prompt_tokens": [256, 1024], "ttft_p50_ms": [10.0, 30.0], "ttft_p50_ms_low": [9.0, 28.0],
+                          "ttft_p50_ms_high": [11.0, 33.0]})
+    fig = plots.by_load(table, "prompt_tokens", ["ttft_p50_ms"], floors={"ttft_p50_ms": pd.Series([2.0, 8.0])},
+                        marks={"ttft_p50_ms": (512, "knee")})
+    ax = fig.axes[0]
+    assert ax.get_legend_handles_labels()[1] == ["hardware floor", "knee", "measured"]
+    floor = next(line for line in ax.get_lines() if line.get_linestyle() == ":")
+    assert list(floor.get_ydata()) == [2.0, 8.0] and ax.get_xlabel() == "prompt tokens"
