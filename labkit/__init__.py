@@ -6,6 +6,7 @@ from labkit.errors import (BadParameter, DamagedStore, LabkitError, NotApplicabl
                            StoreUnwritable)
 from labkit.experiment import Experiment, default_model
 from labkit.measure.platform import current_platform
+from labkit.spec.conversation import Conversation
 from labkit.spec.knobs import KNOBS, plan_arm
 from labkit.spec.models import SHAPES, ModelShape, resolve_model
 from labkit.spec.prompts import Segment, Template
@@ -19,5 +20,5 @@ __all__ = [
     "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable",
     "Experiment", "default_model", "current_platform", "KNOBS", "plan_arm", "SHAPES", "ModelShape", "resolve_model",
     "Protocol", "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform",
-    "Workload", "Segment", "Template", "Results", "load", "smoke_parameters",
+    "Workload", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters",
 ]

@@ -25,6 +25,7 @@ from labkit.spec.models import ModelRef, check_model, resolve_model
 from labkit.measure.platform import Platform, current_platform
 from labkit.spec.protocol import Protocol
 from labkit.store import ExperimentStore, Results, check_name, load
+from labkit.spec.conversation import Conversation
 from labkit.spec.workload import Mix, Workload
 
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
@@ -51,7 +52,7 @@ class Experiment:
 
     name: str
     arms: dict[str, dict]  # arm name -> knobs that differ from `base`
-    workload: Workload | Mix | dict[str, Workload | Mix]  # one load, or several named loads measured on each engine
+    workload: Workload | Mix | Conversation | dict  # one load, or several named loads measured on each engine
     model: str = "auto"  # a synthetic shape name, a local model folder or a hub id; "auto": per platform
     context: str = DEFAULT_CONTEXT  # the deployment measured: "serve" (vllm serve) or "offline" (vllm.LLM)
     base: dict = field(default_factory=dict)  # knobs every arm shares
@@ -78,8 +79,9 @@ class Experiment:
                 or self.arm_timeout_s <= 0:
             raise BadParameter(f"arm_timeout_s must be a positive number of seconds, got {self.arm_timeout_s!r}")
         self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
-        if not self.loads or not all(isinstance(w, (Workload, Mix)) for w in self.loads.values()):
-            raise BadParameter("workload must be a labkit Workload or a non-empty dict of named Workloads, got "
+        if not self.loads or not all(isinstance(w, (Workload, Mix, Conversation)) for w in self.loads.values()):
+            raise BadParameter("workload must be a labkit Workload (or Mix, or Conversation), or a non-empty dict of "
+                               "named ones, got "
                                f"{self.workload!r}")
         for name, workload in self.loads.items():
             check_name(name, "load")

@@ -6,6 +6,8 @@ Hit rates come from vLLM's own counters (prompt tokens queried and hit), summed 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -74,3 +76,21 @@ def working_set_table(results, arm: str, prefixes_by_load: dict[str, int]) -> pd
     """One row per working-set load of one arm: the number of distinct shared prefixes, the hit rate and
     TTFT P50 with their intervals."""
     return stats.by_load(results, arm, prefixes_by_load, ["prefix_hit_pct", "ttft_p50_ms"], x="prefixes")
+
+
+def by_turn(results, load: str, metrics: list[str] | None = None) -> pd.DataFrame:
+    """A conversation load's request-level metrics per arm and turn, with 95 % intervals: what a growing,
+    resent history costs each turn, with the cache and without."""
+    part = results.select(load)
+    if "turn" not in part.requests:
+        raise BadParameter(f"load {load!r} is not a Conversation: its requests have no turn")
+    names = metrics or ["ttft_p50_ms", "ttft_p99_ms"]
+    if any(stats.metric(name).level == "trial" for name in names):
+        raise BadParameter("per turn only request-level metrics exist (the engine's counters cover whole trials)")
+    rows = []
+    for turn, requests in part.requests.groupby("turn"):
+        summary = stats.summarize(replace(part, requests=requests), names)
+        prompt = requests.groupby("arm").prompt_tokens.mean()
+        rows += [{"turn": int(turn), "arm": r.arm, "metric": r.metric, "value": r.value, "ci_low": r.ci_low,
+                  "ci_high": r.ci_high, "prompt_tokens": float(prompt[r.arm])} for r in summary.itertuples()]
+    return pd.DataFrame(rows)

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from labkit.measure.hostload import OtherLoad
+from labkit.spec.conversation import Conversation
 from labkit.spec.protocol import SAMPLING_KEYS, Protocol, choose_sampling
 from labkit.spec.workload import Burst, Concurrency, Mix, Request, Workload
 
@@ -54,7 +55,8 @@ def read_counters() -> dict[str, float]:
     return totals
 
 
-async def _one_request(engine, request: Request, t0: float, sampling: dict) -> dict:
+async def _one_request(engine, request: Request, t0: float, sampling: dict, answer: list | None = None) -> dict:
+    """Send one request and time every token it streams back; `answer`, when given, receives its token ids."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -68,6 +70,8 @@ async def _one_request(engine, request: Request, t0: float, sampling: dict) -> d
         now = time.perf_counter()
         completion = out.outputs[0]
         stamps.extend([now] * len(completion.token_ids))
+        if answer is not None:
+            answer.extend(completion.token_ids)
         if out.finished:
             finish_reason = completion.finish_reason
             preemptions = int(getattr(out.metrics, "num_preemptions", 0) or 0) if out.metrics else 0
@@ -112,8 +116,32 @@ async def drive(engine, requests: list[Request], arrival, sampling: dict,
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
 
 
+async def drive_conversation(engine, conversation: Conversation, vocab_size: int, seed: int,
+                             sampling: dict) -> tuple[list[dict], float]:
+    """Every session of a Conversation, `concurrency` at a time; each turn resends the session's history with
+    the answers the engine gave, token for token. Rows carry their session and turn."""
+    system, texts, answers = conversation.contents(vocab_size, seed)
+    gate, t0, rows = asyncio.Semaphore(conversation.concurrency), time.perf_counter(), []
+
+    async def session(s: int):
+        async with gate:
+            history = list(system)
+            for t in range(conversation.turns):
+                prompt, answer = history + texts[s, t], []
+                row = await _one_request(engine, Request(s * conversation.turns + t, prompt, int(answers[s, t]), None),
+                                         t0, sampling, answer)
+                rows.append({**row, "session": s, "turn": t})
+                history = prompt + answer
+                if conversation.think_time_s and t + 1 < conversation.turns:
+                    await asyncio.sleep(conversation.think_time_s)
+    await asyncio.gather(*(session(s) for s in range(conversation.sessions)))
+    return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
+
+
 async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dict) -> tuple[list[dict], float]:
-    """A Workload, or every part of a Mix concurrently on one clock (rows then carry their part)."""
+    """A Workload, a Conversation, or every part of a Mix concurrently on one clock (rows then carry their part)."""
+    if isinstance(workload, Conversation):
+        return await drive_conversation(engine, workload, vocab_size, seed, sampling)
     if not isinstance(workload, Mix):
         return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival, sampling)
     t0 = time.perf_counter()

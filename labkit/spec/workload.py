@@ -268,7 +268,10 @@ class Workload:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Workload":
-        """The Workload, or the Mix, that a `to_dict` describes."""
+        """The Workload, the Mix or the Conversation that a `to_dict` describes."""
+        if data.get("kind") == "Conversation":
+            from labkit.spec.conversation import Conversation  # it builds on this module
+            return Conversation.from_dict(data)
         if data.get("kind") == "Mix":
             return Mix({name: cls.from_dict(part) for name, part in data["parts"].items()})
         kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson, Periodic)}

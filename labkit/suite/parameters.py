@@ -19,7 +19,9 @@ SMOKE: dict[str, dict] = {
     # a 2 MiB pool holds 2,048 tokens of the tiny model: 7 documents of 256 + 32, so 16 overflow it
     "L1_business/prefix_cache.ipynb": dict(model="tiny-llama", system_tokens=256, question_tokens=32, output_len=8,
                                            requests=16, clients=4, doc_tokens=256, working_sets="2,16", reuse=3,
-                                           kv_cache_mib=2, trials=2, experiment="prefix-cache-smoke"),
+                                           sessions=4, turns=3, message_tokens=32, answer_tokens=16,
+                                           sessions_in_flight=2, kv_cache_mib=2, trials=2,
+                                           experiment="prefix-cache-smoke"),
     "L1_business/request_shape.ipynb": dict(model="tiny-llama", prompt_lengths="64,256,512", output_len=8,
                                             max_tokens="8,64", fixed_prompt=64, current_prompt=512, cuts="128,256",
                                             clients=4, requests=12, trials=2, experiment="request-shape-smoke"),
