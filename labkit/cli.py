@@ -154,8 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "journal":
             from labkit.suite.journal import read
             import pandas as pd
-            with pd.option_context("display.max_colwidth", 80, "display.width", 200):
-                print(read()[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
+            entries = read()
+            if entries.empty:
+                print("the journal is empty: each `labkit suite` run appends its conclusions to it")
+            else:
+                with pd.option_context("display.max_colwidth", 80, "display.width", 200):
+                    print(entries[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
         else:
             from labkit.suite.parameters import parameters_for
             params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
