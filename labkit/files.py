@@ -2,6 +2,7 @@
 truncated one), and never the paths of the machine that wrote them."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -18,6 +19,8 @@ _PORTABLE = [  # (machine path, what is written instead), most specific first
     (re.compile(re.escape(str(Path.home())) + r"/"), "~/"),
     (re.compile(r"/root/"), "~/"),
     (re.compile(r"/tmp/[\w.+-]+/"), "<tmp>/"),
+    (re.compile(r"/tmp/(?=[\w.+-]+[\"'\s])"), "<tmp>/"),  # a temporary file named on its own
+    (re.compile(r'("host_?name"\s*:\s*)"[^"]*"', re.IGNORECASE), r'\1"<host>"'),  # the profiler's trace header
 ]
 
 
@@ -41,17 +44,22 @@ def portable(text: str) -> str:
 
 
 def make_portable(*paths: Path) -> list[Path]:
-    """Rewrite the text files among `paths` and under those that are folders (logs, JSON, notebooks, HTML)
-    with portable paths; tables (parquet) hold none. Returns the files changed."""
+    """Rewrite the text files among `paths` and under those that are folders (logs, JSON, notebooks, HTML,
+    and gzipped JSON such as profiler traces) with portable paths and no host name; tables (parquet) hold
+    none. Returns the files changed."""
     files = [p for path in map(Path, paths) for p in ([path] if path.is_file() else sorted(path.rglob("*")))]
     changed = []
     for path in files:
-        if path.is_file() and path.suffix in TEXT_SUFFIXES:
-            text = path.read_text(errors="surrogateescape")
-            clean = portable(text)
-            if clean != text:
-                tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-                tmp.write_text(clean, errors="surrogateescape")
-                os.replace(tmp, path)
-                changed.append(path)
+        zipped = path.suffix == ".gz" and Path(path.stem).suffix in TEXT_SUFFIXES
+        if not path.is_file() or not (zipped or path.suffix in TEXT_SUFFIXES):
+            continue
+        raw = path.read_bytes()
+        text = (gzip.decompress(raw) if zipped else raw).decode(errors="surrogateescape")
+        clean = portable(text)
+        if clean != text:
+            data = clean.encode(errors="surrogateescape")
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            tmp.write_bytes(gzip.compress(data, compresslevel=6) if zipped else data)
+            os.replace(tmp, path)
+            changed.append(path)
     return changed

@@ -38,3 +38,19 @@ def test_write_json_atomic_leaves_the_file_whole_and_no_temporary(tmp_path):
 class Unserialisable:
     def __str__(self):
         raise TypeError("cannot be written")
+
+
+def test_a_gzipped_profiler_trace_loses_the_host_name_and_paths_and_stays_readable(tmp_path):
+    import gzip
+    import json
+
+    from labkit.analyze.profiling import load_trace
+
+    trace = tmp_path / "rank0.1.pt.trace.json.gz"
+    header = {"host_name": "gpu-node-17", "traceName": f"{settings.ROOT}/x", "traceEvents": [
+        {"ph": "X", "name": "gemm", "cat": "kernel", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 0}]}
+    trace.write_bytes(gzip.compress(json.dumps(header).encode()))
+    assert make_portable(tmp_path) == [trace]
+    text = gzip.decompress(trace.read_bytes()).decode()
+    assert "gpu-node-17" not in text and str(settings.ROOT) not in text and '"host_name": "<host>"' in text
+    assert load_trace(trace).name.tolist() == ["gemm"]
