@@ -64,13 +64,13 @@ def _overrides_from_text(text: str) -> dict:
     try:
         knobs = json.loads(text)
     except json.JSONDecodeError as exc:
-        knobs, problem = None, str(exc)
+        problem = str(exc)
     else:
-        problem = "" if isinstance(knobs, dict) else "not an object"
-    if knobs is None or problem:
-        raise BadParameter(f"{VARIABLES['launch_overrides']} must be a JSON object of knobs such as "
-                           f'{{"enforce_eager": true}}, got {text!r} ({problem})')
-    return knobs
+        if isinstance(knobs, dict):
+            return knobs
+        problem = "not an object"
+    raise BadParameter(f"{VARIABLES['launch_overrides']} must be a JSON object of knobs such as "
+                       f'{{"enforce_eager": true}}, got {text!r} ({problem})')
 
 
 _active: list[Settings] = []
@@ -89,7 +89,7 @@ def use(settings: Settings):
     try:
         yield settings
     finally:
-        _active.remove(settings)
+        _active.pop()
 
 
 @contextlib.contextmanager
