@@ -45,7 +45,7 @@ def pin(run: str | Path, root: Path | None = None, replicate: bool = False) -> P
         if meta.get("overrides"):
             raise BadParameter(f"{run} ran with launch overrides {meta['overrides']}: a replicate measures how much "
                                "the baseline's own configuration varies, so run it without --override")
-    shutil.copytree(run, target, ignore=shutil.ignore_patterns(".work", "*.tmp"))
+    shutil.copytree(run, target, ignore=shutil.ignore_patterns(".work", ".lock", "*.tmp"))
     runs = ([path.name for path in baseline_runs(hardware, root)] if replicate else []) + [run.name]
     write_json_atomic(root / hardware / "pinned.json", {"run": runs[0], "replicates": runs[1:]})
     return target
