@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from dataclasses import dataclass, field
+import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from labkit.measure.supervisor import ArmJob, run_arm
 from labkit import settings
 from labkit.errors import BadParameter
+from labkit.files import write_json_atomic
+from labkit.measure.platform import Platform, current_platform
+from labkit.measure.supervisor import ArmJob, run_arm
+from labkit.spec.conversation import Conversation
 from labkit.spec.knobs import ArmPlan, check_knobs, plan_arm
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
-                     sizes_text)
+                                sizes_text)
 from labkit.spec.models import ModelRef, check_model, resolve_model
-from labkit.measure.platform import Platform, current_platform
 from labkit.spec.protocol import Protocol
-from labkit.store import ExperimentStore, Results, check_name, load
-from labkit.spec.conversation import Conversation
 from labkit.spec.workload import Mix, Workload
+from labkit.store import ExperimentStore, Results, check_name, load, spec_hash
 
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
 
@@ -168,10 +170,24 @@ class Experiment:
         return pd.DataFrame(rows)
 
     def _implied(self, engine_args_by_arm: dict[str, dict]) -> dict[str, dict]:
-        key = json.dumps([self.context, engine_args_by_arm], sort_keys=True, default=str)
-        if getattr(self, "_implied_cache", (None,))[0] != key:
-            self._implied_cache = (key, implied_defaults(self.context, engine_args_by_arm))
-        return self._implied_cache[1]
+        """vLLM's resolution of these arms in this context here: computed once per machine, vLLM version and
+        arguments, then read back from the results folder (a rerun of the notebook, or its nbval check,
+        starts no resolver)."""
+        key = spec_hash([self.context, engine_args_by_arm, asdict(self.platform), os.cpu_count()])
+        cached = self.store.path.parent / ".implied" / f"{key}.json"
+        if cached.exists():
+            try:
+                return json.loads(cached.read_text())
+            except (OSError, json.JSONDecodeError):
+                pass  # a damaged cache entry is computed again
+        resolved = implied_defaults(self.context, engine_args_by_arm)
+        if not any("error" in found for found in resolved.values()):
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(cached, resolved)
+            except OSError:
+                pass  # an unwritable folder only costs the next plan its few seconds
+        return resolved
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, progress: bool = True, only: list[str] | None = None) -> Results:

@@ -141,3 +141,26 @@ def test_filter_engine_args():
     assert filter_engine_args({"max_num_seqs": 4}, {"max_num_seqs", "model"}) == {"max_num_seqs": 4}
     with pytest.raises(TypeError, match="attention_backend"):
         filter_engine_args({"max_num_seqs": 4, "attention_backend": "FLASH_ATTN"}, {"max_num_seqs"})
+
+
+def test_vllms_resolution_is_computed_once_per_machine_and_arguments(tmp_path, monkeypatch):
+    """A rerun of a notebook (or its nbval check) reads the resolution back instead of starting vLLM's
+    resolver again; a failed resolution is not kept."""
+    calls = []
+
+    def resolver(context, engine_args_by_arm, timeout_s=120):
+        calls.append(context)
+        return {arm: {"max_num_seqs": 128, "max_num_batched_tokens": 2048} for arm in engine_args_by_arm}
+
+    monkeypatch.setattr("labkit.experiment.implied_defaults", resolver)
+    for _ in range(2):
+        table = experiment(tmp_path).plan_table().set_index("arm")
+    assert calls == ["serve"] and table.loc["default", "max_num_batched_tokens"] == 2048
+    experiment(tmp_path, context="offline").plan_table()
+    assert calls == ["serve", "offline"]  # another context is another resolution
+
+    monkeypatch.setattr("labkit.experiment.implied_defaults",
+                        lambda context, args, timeout_s=120: calls.append("x") or {a: {"error": "no vLLM"} for a in args})
+    for _ in range(2):
+        experiment(tmp_path / "other").plan_table()
+    assert calls.count("x") == 2
