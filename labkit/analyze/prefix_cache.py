@@ -55,10 +55,15 @@ def compare_loads(results, arm: str, baseline_load: str, candidate_load: str,
     return stats.compare_groups(base, cand, m)
 
 
+def hit_rate(results, load: str, arm: str) -> float:
+    """The % of one arm's prompt tokens the prefix cache served under one load, over its trials."""
+    m = stats.metric("prefix_hit_pct")
+    return stats.point(stats.groups(results.select(load), arm, m), m)
+
+
 def layout_conclusion(results, arm: str, shared_first: str, unique_first: str) -> str:
     """"hit rate X % -> TTFT -Y % (CI)": what putting the shared segments first bought, on one arm."""
-    hit = {load: stats.point(stats.groups(results.select(load), arm, stats.metric("prefix_hit_pct")),
-                             stats.metric("prefix_hit_pct")) for load in (shared_first, unique_first)}
+    hit = {load: hit_rate(results, load, arm) for load in (shared_first, unique_first)}
     parts = [f"{arm}: shared segments first, the cache served {hit[shared_first]:.0f} % of prompt tokens "
              f"(against {hit[unique_first]:.0f} % with them last)"]
     for name in ("ttft_p50_ms", "ttft_p99_ms"):

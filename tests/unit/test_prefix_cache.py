@@ -57,3 +57,8 @@ def test_results_without_the_counters_say_so():
                     pd.DataFrame({"arm": ["a"], "output_tok_s": [1.0]}), {})
     with pytest.raises(BadParameter, match="no prefix-cache counters"):
         prefix_cache.cache_table(plain)
+
+
+def test_hit_rate_is_the_share_served_over_the_trials():
+    assert prefix_cache.hit_rate(results(), "shared_first", "on") == pytest.approx(83.33, rel=1e-3)
+    assert prefix_cache.hit_rate(results(), "shared_last", "on") == 0.0
