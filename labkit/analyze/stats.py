@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import BadParameter
+from labkit.analyze import gpu_state
 
 N_BOOT = 1000
 
@@ -246,7 +247,8 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
 
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
     """The record a team files: per load, arm and metric the value with its CI, and the change against
-    the baseline arm with its CI and verdict."""
+    the baseline arm with its CI and verdict; `caution` names GPU clocks that differed between the two arms
+    or trials the driver slowed (labkit.analyze.gpu_state), where they were sampled."""
     if baseline_arm not in results.complete_arms:
         raise BadParameter(f"no complete arm {baseline_arm!r} to compare with; complete arms: {results.complete_arms}")
     rows = []
@@ -257,7 +259,8 @@ def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float =
                      "ci_low": row.ci_low, "ci_high": row.ci_high}
             if row.arm != baseline_arm and baseline_arm in part.complete_arms:
                 c = compare(part, baseline_arm, row.arm, row.metric, threshold)
-                entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict)
+                entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict,
+                             caution=gpu_state.caution(part.trials, baseline_arm, row.arm))
             rows.append(entry)
     return pd.DataFrame(rows)
 
@@ -279,6 +282,9 @@ def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
             lines.append(f"{arm} trades {', '.join(worse)} for {', '.join(better)}: choose by your SLO")
         else:
             lines.append(f"{arm}: no detectable difference from {baseline_arm} at this noise: keep {baseline_arm}")
+        notes = part.caution.dropna().unique() if "caution" in part else []
+        if len(notes):
+            lines[-1] += f" (caution, the machine moved too: {'; '.join(notes)})"
     return "; ".join(lines)
 
 

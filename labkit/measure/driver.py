@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from labkit.measure.gpu_state import GpuStateSampler
 from labkit.measure.hostload import OtherLoad
 from labkit.spec.conversation import Conversation
 from labkit.spec.protocol import SAMPLING_KEYS, Protocol, choose_sampling
@@ -167,10 +168,13 @@ def content_seed(load_index: int, trial: int) -> int:
 
 
 async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
-                    load_index: int = 0):
+                    load_index: int = 0, gpu_state: GpuStateSampler | None = None):
     """One timed trial: its per-request rows, and a summary row with throughput, peak KV usage, cores other
-    processes kept busy and the engine counters' deltas."""
+    processes kept busy, the engine counters' deltas and, where NVML answers, the GPUs' clocks, temperature,
+    power and slowdowns during the trial."""
     before, others = read_counters(), OtherLoad()
+    if gpu_state is not None:
+        gpu_state.start()
     kv_samples: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample_kv_usage(kv_samples, protocol.kv_sample_interval_s, stop))
@@ -185,6 +189,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     stop.set()
     await sampler
     after = read_counters()
+    gpu_columns = gpu_state.stop() if gpu_state is not None else {}
     for row in rows:
         row["trial"] = trial
     output_tokens = sum(r["output_tokens"] for r in rows)
@@ -201,7 +206,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     }
     for name, column in COUNTERS.items():
         summary[column] = after.get(name, 0.0) - before.get(name, 0.0)
-    return rows, summary
+    return rows, {**summary, **gpu_columns}
 
 
 def _first_part(workload):

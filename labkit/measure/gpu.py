@@ -24,14 +24,36 @@ def smi(*args: str, timeout: float = 30) -> tuple[str | None, str]:
     return done.stdout, ""
 
 
+def has_driver() -> bool:
+    return os.path.exists("/proc/driver/nvidia") or shutil.which("nvidia-smi") is not None
+
+
+def nvml():
+    """The NVML bindings (nvidia-ml-py, else the copy vLLM vendors), initialised; or None and why not."""
+    if not has_driver():
+        return None, "no NVIDIA driver on this machine"  # (and vLLM's copy is not imported for nothing)
+    module = None
+    for name in ("pynvml", "vllm.third_party.pynvml"):
+        try:
+            module = __import__(name, fromlist=["nvmlInit"])
+            break
+        except Exception:
+            continue
+    if module is None:
+        return None, "NVML's Python bindings are not installed (pip install nvidia-ml-py)"
+    try:
+        module.nvmlInit()
+    except Exception as exc:  # no driver, or a driver NVML cannot talk to
+        return None, f"NVML could not start: {exc}"
+    return module, ""
+
+
 def _nvml_rows(field: str) -> list[tuple[str, ...]] | None:
     """(index, uuid, field) per GPU of the host from NVML, or None where NVML cannot answer."""
     if field not in _NVML_FIELDS:
         return None
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:  # not installed, or no driver: nvidia-smi (or nothing) answers instead
+    pynvml, _ = nvml()
+    if pynvml is None:  # not installed, or no driver: nvidia-smi (or nothing) answers instead
         return None
     try:
         rows = []

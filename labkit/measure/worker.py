@@ -94,6 +94,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from labkit.analyze.profiling import find_traces
     from labkit.measure.resolved import resolve
     from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
+    from labkit.measure.gpu_state import GpuStateSampler
     from labkit.spec.protocol import Protocol
     from labkit.spec.workload import Workload
 
@@ -111,6 +112,9 @@ async def _measure(job: ArmJob, out: Path) -> None:
         facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
         sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
         facts.update(init_s=init_s, context=job.context, usage_context=usage_context.name, sampling=sampling)
+        gpu_state = GpuStateSampler()
+        if job.platform_kind == "cuda":  # a GPU whose clocks were not watched says so; a CPU has none to watch
+            facts["gpu_state"] = "sampled through NVML" if gpu_state.available else f"not sampled: {gpu_state.why_not}"
         rows, trials = [], []
         for index, (load, spec) in enumerate(job.workloads.items()):
             workload = Workload.from_dict(spec)  # a Workload or a Mix
@@ -118,7 +122,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
             await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
                           sampling, load_index=index)
             for trial in range(protocol.trials):
-                trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index)
+                trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index,
+                                                        gpu_state)
                 rows += [{**row, "load": load} for row in trial_rows]
                 trials.append({**summary, "load": load})
                 _progress(out, stage="trial", trial=trial, load=load)

@@ -15,7 +15,6 @@ NOTEBOOKS = settings.NOTEBOOKS
 SMOKE: dict[str, dict] = {
     "00_quickstart.ipynb": dict(model="tiny-llama", num_requests=24, prompt_len=64, output_len=16, trials=2,
                                 experiment="quickstart-smoke"),
-    # 96 + 48 tokens are 2 KV blocks of 1 MiB's 16-token blocks each: preemption from 5 sequences
     # a 2 MiB pool holds 2,048 tokens of the tiny model: 7 documents of 256 + 32, so 16 overflow it
     "L1_business/prefix_cache.ipynb": dict(model="tiny-llama", system_tokens=256, question_tokens=32, output_len=8,
                                            requests=16, clients=4, doc_tokens=256, working_sets="2,16", reuse=3,
@@ -25,7 +24,9 @@ SMOKE: dict[str, dict] = {
     "L1_business/request_shape.ipynb": dict(model="tiny-llama", prompt_lengths="64,512", output_len=8,
                                             max_tokens="8,64", fixed_prompt=64, current_prompt=512, cuts="128,256",
                                             clients=4, requests=12, trials=1, experiment="request-shape-smoke"),
-    "L2_engine/batch_triangle.ipynb": dict(model="tiny-llama", grid="1,2,4,8", clients=8, num_requests=16,
+    # 96 + 48 tokens are 2 KV blocks of 1 MiB's 16-token blocks each: preemption from 5 sequences, so
+    # the grid has one setting below the onset and one above it
+    "L2_engine/batch_triangle.ipynb": dict(model="tiny-llama", grid="2,8", clients=8, num_requests=16,
                                            prompt_len=96, output_len=48, kv_cache_mib=1, slo_ms=8.0, trials=2,
                                            experiment="batch-triangle-smoke"),
     "L2_engine/chunked_prefill.ipynb": dict(model="tiny-llama", stream_clients=4, stream_prompt_len=32,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from labkit.analyze import gpu_state
 from labkit.errors import BadParameter
 from labkit.store import load, read_record
 
@@ -36,9 +37,16 @@ def other_cores(run: str | Path) -> float | None:
     return round(float(values.mean()), 1) if len(values) else None
 
 
+def gpu_figures(run: str | Path) -> dict:
+    """The run's GPU clocks and slowed trials over all its experiments (empty where none were sampled)."""
+    trials = [load(name, Path(run) / "results").trials for name in experiments(run)]
+    return gpu_state.run_summary(pd.concat(trials)) if trials else {}
+
+
 def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
-    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides, and
-    other work on the host when it differs by half a core or more."""
+    """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides,
+    other work on the host when it differs by half a core or more, and the GPUs' mean SM clock during the
+    trials when it differs by more than 5 % or either run had trials the driver slowed."""
     def flat(meta: dict) -> dict:
         env = meta["environment"]
         out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
@@ -51,5 +59,12 @@ def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
     loads = other_cores(baseline), other_cores(run)
     if None not in loads and abs(loads[0] - loads[1]) >= 0.5:
         a[HOST_LOAD], b[HOST_LOAD] = loads
+    clocks = gpu_figures(baseline), gpu_figures(run)
+    if clocks[0] and clocks[1]:
+        key = "mean SM clock (MHz)"
+        if abs(clocks[1][key] - clocks[0][key]) > gpu_state.CLOCK_TOLERANCE * clocks[0][key] or \
+                clocks[0]["trials slowed by the driver"] or clocks[1]["trials slowed by the driver"]:
+            for what in clocks[0]:
+                a[f"GPU: {what}"], b[f"GPU: {what}"] = clocks[0][what], clocks[1][what]
     return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}
                          for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)], columns=["what", "baseline", "run"])

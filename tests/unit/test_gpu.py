@@ -68,6 +68,7 @@ def test_nvml_answers_where_installed_and_cuda_visible_devices_still_narrows(mon
     nvml.nvmlDeviceGetUUID = lambda d: d[1]
     nvml.nvmlDeviceGetMemoryInfo = lambda d: SimpleNamespace(used=d[2])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(gpu, "has_driver", lambda: True)
     monkeypatch.setattr(gpu.subprocess, "run", lambda *a, **k: pytest.fail("nvidia-smi asked although NVML answers"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert gpu.nvidia_gpus() == ("NVIDIA H200",)
