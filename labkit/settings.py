@@ -22,6 +22,7 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
     "runs_dir": "LABKIT_RUNS_DIR",
     "baselines_dir": "LABKIT_BASELINES_DIR",
     "models_dir": "LABKIT_MODELS_DIR",
+    "peaks_dir": "LABKIT_PEAKS_DIR",
     "journal": "LABKIT_JOURNAL",
     "launch_overrides": "LABKIT_LAUNCH_OVERRIDES",
 }
@@ -29,12 +30,13 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The lab's folders (results, suite runs, baselines, models, journal) and the knobs forced onto every arm."""
+    """The lab's folders (results, suite runs, baselines, models, measured peaks, journal) and the knobs forced onto every arm."""
 
     results_dir: Path = ROOT / "data" / "results"  # experiment stores (a suite run has its own)
     runs_dir: Path = ROOT / "data" / "runs"  # suite runs and `labkit run` outputs, one UTC-stamped folder each
     baselines_dir: Path = ROOT / "data" / "baselines"  # pinned suite runs, one folder per hardware key
     models_dir: Path = ROOT / "data" / "models"  # generated synthetic models
+    peaks_dir: Path = ROOT / "data" / "peaks"  # measured peaks, one file per hardware (hardware_profile.ipynb)
     journal: Path = ROOT / "data" / "journal.jsonl"  # conclusions, appended
     launch_overrides: dict = dataclasses.field(default_factory=dict)  # knobs forced onto every arm
 

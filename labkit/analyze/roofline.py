@@ -2,16 +2,19 @@
 
 decode step >= (weight bytes + KV bytes read) / memory bandwidth   (bytes per element: see precision.py)
 prefill     >= 2 * matmul parameters * prompt tokens / peak FLOP/s
-GPU peaks come from a table of datasheet figures (dense, no sparsity); a CPU's are measured on the machine
-(labkit.measure.peaks, a large array copy and an fp32 matmul), which is honest but conservative.
+The peaks are the hardware's measured ones where `hardware_profile.ipynb` recorded them (a device copy and a
+dense GEMM, labkit.measure.peaks; one file per device under data/peaks/), else a GPU's datasheet figures
+(dense, no sparsity), else a CPU's measured on the spot; every roofline table names which.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from labkit import settings
 from labkit.errors import BadParameter
 from labkit.spec.models import ModelShape
 from labkit.analyze import precision
@@ -47,7 +50,27 @@ class Peaks:
     device: str
     mem_bw_gbs: float
     tflops: float
-    source: str  # "datasheet table", "measured with NumPy" or "given"
+    source: str  # "datasheet table", "measured ... ", "measured with NumPy" or "given"
+
+
+def measured_peaks(device: str) -> Peaks | None:
+    """The newest peaks measured on a device of this name (labkit.measure.peaks.record_peaks), or None."""
+    folder = settings.current().peaks_dir
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # a damaged file is not a measurement; the datasheet answers instead
+        if record.get("device") == device and record.get("mem_bw_gbs") and record.get("tflops_bf16"):
+            records.append(record)
+    if not records:
+        return None
+    newest = max(records, key=lambda r: r.get("measured_utc", ""))
+    # a floor needs the fastest rate the device reached: a CPU may run fp32 faster than bf16
+    tflops = max(newest["tflops_bf16"], newest.get("tflops_fp32") or 0)
+    return Peaks(device, newest["mem_bw_gbs"], tflops,
+                 f"measured {newest.get('measured_utc', '')[:10]}: {newest.get('method', '')}".strip())
 
 
 def gpu_peaks(name: str) -> Peaks | None:
@@ -85,12 +108,16 @@ def prefill_floor_s(shape: ModelShape, peaks: Peaks, tokens: float,
 
 
 def stored_peaks(results) -> Peaks:
-    """The datasheet peaks of the GPU the results were measured on (from their stored environment)."""
-    gpus = {gpu for env in results.environment.values() for gpu in env.get("gpus", [])[:1]}
-    found = [peaks for gpu in sorted(gpus) if (peaks := gpu_peaks(gpu))]
+    """The peaks of the device the results were measured on (from their stored environment): measured ones
+    where recorded for that device, else a GPU's datasheet figures."""
+    devices = {(env.get("gpus") or [env.get("cpu_model")])[0] for env in results.environment.values()}
+    found = [peaks for device in sorted(d for d in devices if d)
+             if (peaks := measured_peaks(device) or gpu_peaks(device))]
     if len(found) != 1:
-        raise BadParameter(f"no single GPU of the peaks table measured these results (GPUs: {sorted(gpus) or 'none'}); "
-                           "pass peaks=, e.g. labkit.measure.peaks.detect_peaks() for this machine's own")
+        raise BadParameter(f"no single device with known peaks measured these results (devices: "
+                           f"{sorted(d for d in devices if d) or 'none'}); pass peaks=, e.g. "
+                           "labkit.measure.peaks.detect_peaks() for this machine's own, or measure them with "
+                           "notebooks/L4_hardware/hardware_profile.ipynb")
     return found[0]
 
 

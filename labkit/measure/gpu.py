@@ -134,3 +134,21 @@ def driver_facts() -> dict:
 def topology_text() -> tuple[str | None, str]:
     """The text of `nvidia-smi topo -m`, or None and why there is none."""
     return smi("topo", "-m", timeout=60)
+
+
+PCIE_FIELDS = ["pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max"]
+
+
+def pcie_links() -> tuple[list[dict], str]:
+    """Each visible GPU's PCIe link to the host (generation and lanes, now and at most), or [] and why not.
+    An idle GPU may train its link down to save power: the current generation is read under no load."""
+    out, problem = smi(f"--query-gpu=index,name,{','.join(PCIE_FIELDS)}", "--format=csv,noheader,nounits")
+    if out is None:
+        return [], problem
+    rows = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 + len(PCIE_FIELDS):
+            rows.append({"gpu": f"GPU{parts[0]}", "name": parts[1], "gen_now": parts[2], "gen_max": parts[3],
+                         "lanes_now": parts[4], "lanes_max": parts[5]})
+    return rows, "" if rows else f"nvidia-smi printed no PCIe rows: {out.strip()[:200]}"

@@ -45,6 +45,7 @@ SMOKE: dict[str, dict] = {
                                         stream_clients=8, stream_requests=16, trials=2, experiment="cuda-graphs-smoke"),
     "L3_kernel/profile_hotspots.ipynb": dict(model="tiny-llama", clients=4, prompt_len=32, output_len=16, requests=8,
                                              profile_requests=4, trials=2, experiment="profile-hotspots-smoke"),
+    "L4_hardware/hardware_profile.ipynb": dict(copy_mib=64, gemm_n=512, repeats=2, record=False),
 }
 
 # Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.
