@@ -151,3 +151,18 @@ def roofline_table(results, peaks: Peaks | None = None) -> pd.DataFrame:
                      "peaks": f"{peaks.device}: {peaks.mem_bw_gbs:g} GB/s, {peaks.tflops:g} TFLOP/s ({peaks.source})"})
     return pd.DataFrame(rows)
 
+
+def peaks_against_datasheet(record: dict) -> pd.DataFrame:
+    """The measured peaks (labkit.measure.peaks.measure_device_peaks) beside the datasheet's, as a share.
+    A device copy reaches 85-95 % of a GPU's memory bandwidth and a large GEMM 60-80 % of its dense rate;
+    much less points at clocks, power limits or another process on the GPU."""
+    sheet = record.get("datasheet") or {}
+    rows = [("memory bandwidth (GB/s)", record.get("mem_bw_gbs"), sheet.get("mem_bw_gbs")),
+            ("dense bf16 GEMM (TFLOP/s)", record.get("tflops_bf16"), sheet.get("tflops_bf16")),
+            ("dense fp8 GEMM (TFLOP/s)", record.get("tflops_fp8"),
+             2 * sheet["tflops_bf16"] if sheet.get("tflops_bf16") and record.get("tflops_fp8") else None)]
+    if "tflops_fp32" in record:
+        rows.append(("dense fp32 GEMM (TFLOP/s)", record["tflops_fp32"], None))
+    table = pd.DataFrame(rows, columns=["figure", "measured", "datasheet"])
+    table["share_pct"] = (100 * table.measured / table.datasheet).round(1)
+    return table

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from labkit import settings
-from labkit.analyze.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.capabilities import FP8_MIN, capability_tuple
 from labkit.analyze.roofline import Peaks, gpu_peaks, measured_peaks
 from labkit.files import write_json_atomic
 from labkit.measure.environment import cpu_model, hardware_key

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.measure.gpu import nvidia_gpus
+from labkit.measure.gpu import driver_facts, nvidia_gpus
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class Platform:
     kind: str  # "cuda" or "cpu"
     vllm_version: tuple[int, ...] | None
     gpu_names: tuple[str, ...] = ()
+    compute_capability: str | None = None  # the first GPU's, such as "9.0"; None on a CPU or where unknown
 
     @property
     def gpu_count(self) -> int:
@@ -45,7 +46,8 @@ def vllm_version() -> tuple[int, ...] | None:
 def current_platform() -> Platform:
     """This machine's Platform, found once per process."""
     gpus = nvidia_gpus()
-    return Platform("cuda" if gpus else "cpu", vllm_version(), gpus)
+    return Platform("cuda" if gpus else "cpu", vllm_version(), gpus,
+                    driver_facts().get("compute_capability") if gpus else None)
 
 
 def numa_nodes() -> int:

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from labkit.errors import BadParameter, NotApplicable
 from labkit.measure.platform import Platform, cpu_ranks_problem
+from labkit.spec.capabilities import FP8_MIN, capability_tuple
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
@@ -107,10 +108,28 @@ def _gpus_needed(knobs: dict, platform: Platform) -> str | None:
     return None
 
 
+def _fp8_problem(what: str, platform: Platform) -> str | None:
+    """Why this machine does not run an fp8 path, or None: the lab measures fp8 on GPUs with fp8 tensor cores
+    (compute capability 8.9 or newer; an unknown capability is let through and vLLM decides)."""
+    if platform.kind != "cuda":
+        return f"{what} is measured on NVIDIA GPUs of compute capability 8.9 or newer, not on a CPU"
+    found = capability_tuple(platform.compute_capability)
+    if found is not None and found < FP8_MIN:
+        return (f"{what} needs fp8 tensor cores (compute capability 8.9 or newer); this GPU has "
+                f"{platform.compute_capability}")
+    return None
+
+
 def _quantization_args(value, platform: Platform) -> dict:
-    if value is not None and platform.kind != "cuda":
-        raise NotApplicable(f"{value} weight quantization needs an NVIDIA GPU (Hopper or newer for fp8)")
+    if value is not None and (why := _fp8_problem(f"{value} weight quantization", platform)):
+        raise NotApplicable(why)
     return {"quantization": value}
+
+
+def _kv_cache_dtype_args(value, platform: Platform) -> dict:
+    if str(value).startswith("fp8") and (why := _fp8_problem(f"an {value} KV cache", platform)):
+        raise NotApplicable(why)
+    return {"kv_cache_dtype": value}
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in [
@@ -140,7 +159,7 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          _positive_int, _pass_through("kv_cache_memory_bytes")),
     Knob("max_model_len", "longest prompt + output a request may have", _positive_int,
          _pass_through("max_model_len")),
-    Knob("kv_cache_dtype", "KV-cache element type", _one_of(KV_CACHE_DTYPES), _pass_through("kv_cache_dtype")),
+    Knob("kv_cache_dtype", "KV-cache element type", _one_of(KV_CACHE_DTYPES), _kv_cache_dtype_args),
     Knob("quantization", "weight quantization method (None: the model's dtype)", _one_of(QUANTIZATIONS),
          _quantization_args),
     Knob("tensor_parallel_size", "GPUs one model is split across", _positive_int, _tensor_parallel_args),

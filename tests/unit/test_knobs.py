@@ -108,6 +108,7 @@ def test_bad_value_raises_before_platform_translation():
     ({"cuda_graphs": True}, "NVIDIA GPU"),
     ({"cuda_graphs": False}, "NVIDIA GPU"),
     ({"quantization": "fp8"}, "NVIDIA GPU"),
+    ({"kv_cache_dtype": "fp8"}, "NVIDIA GPU"),
     ({"attention_backend": "FLASH_ATTN"}, "CPU_ATTN"),
     ({"data_parallel_size": 2}, "one GPU each"),
 ])
@@ -203,6 +204,15 @@ def test_cuda_attention_backend():
 
 def test_cuda_fp8_quantization_applies():
     assert plan_arm({"quantization": "fp8"}, H200).engine_args == {"quantization": "fp8"}
+
+
+def test_fp8_needs_fp8_tensor_cores_and_an_unknown_capability_lets_vllm_decide():
+    a100 = Platform("cuda", (0, 26, 0), ("NVIDIA A100-SXM4-80GB",), "8.0")
+    for knobs in ({"quantization": "fp8"}, {"kv_cache_dtype": "fp8_e4m3"}):
+        assert "compute capability 8.9 or newer); this GPU has 8.0" in plan_arm(knobs, a100).not_applicable
+        assert plan_arm(knobs, Platform("cuda", (0, 26, 0), ("NVIDIA H200",), "9.0")).not_applicable is None
+        assert plan_arm(knobs, H200).not_applicable is None  # capability not known
+    assert plan_arm({"kv_cache_dtype": "auto"}, CPU).engine_args["kv_cache_dtype"] == "auto"
 
 
 def test_engine_args_combine_across_knobs():

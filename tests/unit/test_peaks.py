@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from labkit import settings
-from labkit.analyze import capabilities
-from labkit.analyze.roofline import measured_peaks, stored_peaks
+from labkit.analyze.roofline import measured_peaks, peaks_against_datasheet, stored_peaks
 from labkit.measure import gpu, peaks
+from labkit.spec import capabilities
 from labkit.store import Results
 
 
@@ -65,7 +65,7 @@ def test_what_a_compute_capability_unlocks(cc, fa3, fp8, fp4):
 
 
 def test_measured_peaks_are_set_against_the_datasheet():
-    table = capabilities.peaks_against_datasheet(
+    table = peaks_against_datasheet(
         {"mem_bw_gbs": 4320.0, "tflops_bf16": 742.0, "tflops_fp8": 1400.0,
          "datasheet": {"mem_bw_gbs": 4800, "tflops_bf16": 989}}).set_index("figure")
     assert table.loc["memory bandwidth (GB/s)", "share_pct"] == 90.0

@@ -1,5 +1,5 @@
-"""What a GPU's compute capability unlocks in vLLM, and how measured peaks compare with the datasheet: the
-hardware layer's facts in a form a notebook can show (pure: no driver asked here)."""
+"""What a GPU's compute capability unlocks in vLLM: the hardware's rules for what a launch may ask (the knobs
+check fp8 against them) and a table a notebook can show (pure: no driver asked here)."""
 from __future__ import annotations
 
 import re
@@ -38,19 +38,3 @@ def unlocks(compute_capability: str | None) -> pd.DataFrame:
         ok = here is not None and here >= low and (high is None or here[0] <= high[0])
         rows.append({"feature": feature, "needs": needs, "available": ok, "meaning": meaning})
     return pd.DataFrame(rows)
-
-
-def peaks_against_datasheet(record: dict) -> pd.DataFrame:
-    """The measured peaks (labkit.measure.peaks.measure_device_peaks) beside the datasheet's, as a share.
-    A device copy reaches 85-95 % of a GPU's memory bandwidth and a large GEMM 60-80 % of its dense rate;
-    much less points at clocks, power limits or another process on the GPU."""
-    sheet = record.get("datasheet") or {}
-    rows = [("memory bandwidth (GB/s)", record.get("mem_bw_gbs"), sheet.get("mem_bw_gbs")),
-            ("dense bf16 GEMM (TFLOP/s)", record.get("tflops_bf16"), sheet.get("tflops_bf16")),
-            ("dense fp8 GEMM (TFLOP/s)", record.get("tflops_fp8"),
-             2 * sheet["tflops_bf16"] if sheet.get("tflops_bf16") and record.get("tflops_fp8") else None)]
-    if "tflops_fp32" in record:
-        rows.append(("dense fp32 GEMM (TFLOP/s)", record["tflops_fp32"], None))
-    table = pd.DataFrame(rows, columns=["figure", "measured", "datasheet"])
-    table["share_pct"] = (100 * table.measured / table.datasheet).round(1)
-    return table
