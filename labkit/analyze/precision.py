@@ -1,8 +1,11 @@
 """Bytes per element, the one rule that the memory breakdown and the roofline share: weights by dtype and
-quantization, the KV cache by kv_cache_dtype and dtype."""
+quantization, the KV cache by kv_cache_dtype and dtype; and what a precision arm's memory bought (the KV
+capacity table of L4_hardware/precision)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import pandas as pd
 
 from labkit.spec.models import ModelShape
 
@@ -54,3 +57,17 @@ def kv_bytes(kv_cache_dtype, dtype) -> float:
     # "auto" is the model's dtype, whatever the weights were quantized to
     unset = not isinstance(kv_cache_dtype, str) or kv_cache_dtype == "auto"  # None or a missing fact too
     return dtype_bytes(dtype if unset else kv_cache_dtype)
+
+
+def capacity_table(results, reference: str) -> pd.DataFrame:
+    """Per arm: what its precision costs in memory and buys in room: the weights as loaded, the KV tokens
+    the pool holds and the requests of max_model_len that fit at once, each also as a multiple of the
+    reference arm's (an fp8 KV cache should hold about twice the tokens in the same pool)."""
+    facts = results.facts("cause", "dtype", "quantization", "kv_cache_dtype", "model_load_gib", "kv_cache_tokens",
+                          "max_concurrency").set_index("arm")
+    for column in ("kv_cache_tokens", "max_concurrency"):
+        base = facts[column].get(reference)
+        facts[f"{column}_x"] = (facts[column] / base).round(2) if base else float("nan")
+    facts["kv_bytes_per_element"] = [kv_bytes(k, d) if status == "complete" else float("nan")
+                                     for k, d, status in zip(facts.kv_cache_dtype, facts.dtype, facts.status)]
+    return facts.reset_index()

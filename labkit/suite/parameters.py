@@ -33,7 +33,7 @@ SMOKE: dict[str, dict] = {
                                             stream_output_len=160, long_prompt_len=2048, long_count=2,
                                             first_injection_s=0.1, injection_interval_s=0.15, budgets="256,2048",
                                             trials=1, experiment="chunked-prefill-smoke"),
-    "L2_engine/memory_pools.ipynb": dict(model="tiny-llama", cpu_kv_mib="64,256", prompt_median=128,
+    "L2_engine/memory_pools.ipynb": dict(model="tiny-llama", cpu_kv_mib="64", prompt_median=128,
                                          output_median=32, requests=8, experiment="memory-pools-smoke"),
     "L2_engine/parallelism.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, single_requests=3,
                                         clients=4, load_requests=8, trials=2, profile_requests=2,
@@ -46,6 +46,9 @@ SMOKE: dict[str, dict] = {
     "L3_kernel/profile_hotspots.ipynb": dict(model="tiny-llama", clients=4, prompt_len=32, output_len=16, requests=8,
                                              profile_requests=4, trials=2, experiment="profile-hotspots-smoke"),
     "L4_hardware/hardware_profile.ipynb": dict(copy_mib=64, gemm_n=512, repeats=2, record=False),
+    "L4_hardware/precision.ipynb": dict(model="tiny-llama", decode_prompt_len=32, decode_output_len=32,
+                                        decode_clients=4, decode_requests=8, long_prompt_len=1024, long_output_len=8,
+                                        long_clients=2, long_requests=4, trials=2, experiment="precision-smoke"),
 }
 
 # Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.

@@ -108,7 +108,6 @@ def test_bad_value_raises_before_platform_translation():
     ({"cuda_graphs": True}, "NVIDIA GPU"),
     ({"cuda_graphs": False}, "NVIDIA GPU"),
     ({"quantization": "fp8"}, "NVIDIA GPU"),
-    ({"kv_cache_dtype": "fp8"}, "NVIDIA GPU"),
     ({"attention_backend": "FLASH_ATTN"}, "CPU_ATTN"),
     ({"data_parallel_size": 2}, "one GPU each"),
 ])
@@ -212,7 +211,7 @@ def test_fp8_needs_fp8_tensor_cores_and_an_unknown_capability_lets_vllm_decide()
         assert "compute capability 8.9 or newer); this GPU has 8.0" in plan_arm(knobs, a100).not_applicable
         assert plan_arm(knobs, Platform("cuda", (0, 26, 0), ("NVIDIA H200",), "9.0")).not_applicable is None
         assert plan_arm(knobs, H200).not_applicable is None  # capability not known
-    assert plan_arm({"kv_cache_dtype": "auto"}, CPU).engine_args["kv_cache_dtype"] == "auto"
+    assert plan_arm({"kv_cache_dtype": "fp8"}, CPU).engine_args["kv_cache_dtype"] == "fp8"  # vLLM's CPU backend
 
 
 def test_engine_args_combine_across_knobs():
