@@ -88,6 +88,27 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
     return EXIT_NOTEBOOK_FAILED if any(s["status"] != "ok" for s in statuses) else 0
 
 
+def _diagnose(args) -> None:
+    import pandas as pd
+
+    import labkit as lk
+    from labkit.diagnose import diagnose, parse_slo
+    from labkit.suite import journal
+
+    found = diagnose(args.launch, lk.Workload.closed_loop(args.requests, args.prompt_len, args.output_len, args.clients),
+                     model=args.model or lk.default_model(), target=args.target, slo=parse_slo(args.slo),
+                     name=args.name, protocol=lk.Protocol(trials=args.trials, warmup_requests=4), progress=False)
+    journal.append(found.journal_entries())
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+        print(found.launch.table().to_string(index=False))
+        print("audit: " + ("; ".join(found.flags) or "nothing to question"))
+        if not found.ranked.empty:
+            print(found.ranked.drop(columns=["why"]).round(3).to_string(index=False))
+        print(found.path.round(3).to_string(index=False))
+    print(f"{found.outcome} ({found.engine_starts} engine start(s))")
+    print(f"recommended: {found.recommended_command()}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `labkit` command line; the exit status: 0, 2 on a lab error, and for `suite` and `compare` 1 on a
     regression, 3 on a failed notebook."""
@@ -132,6 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--threshold", type=float, default=0.05)
     cmp.add_argument("--report", metavar="PATH", help="write the report here instead of RUN/report.html")
     command("journal", help="print the journal: change -> metric -> conclusion")
+    diag = command("diagnose", help="from a `vllm serve` command to a measured, ranked path of fixes")
+    diag.add_argument("launch", help='the command line in quotes, e.g. "vllm serve MODEL --enforce-eager"')
+    diag.add_argument("--model", help="what the lab measures in the command's model's place (a synthetic shape "
+                      "such as llama3-8b; default: llama3-8b on a GPU, tiny-llama on a CPU)")
+    diag.add_argument("--prompt-len", type=int, default=500, help="prompt tokens per request")
+    diag.add_argument("--output-len", type=int, default=800, help="generated tokens per request")
+    diag.add_argument("--clients", type=int, default=8, help="requests in flight (closed loop)")
+    diag.add_argument("--requests", type=int, default=32, help="requests per trial")
+    diag.add_argument("--trials", type=int, default=3)
+    diag.add_argument("--target", default="tpot_p50_ms", help="the metric the path is judged on")
+    diag.add_argument("--slo", action="append", default=[], metavar="METRIC=LIMIT",
+                      help="stop early when the current launch meets it (e.g. tpot_p50_ms=40)")
+    diag.add_argument("--name", default="diagnosis", help="results folder under data/results/")
     args = parser.parse_args(argv)
     try:
         if args.command == "env":
@@ -151,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "compare":
             from labkit.suite.notebooks import statuses
             return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
+        elif args.command == "diagnose":
+            _diagnose(args)
         elif args.command == "journal":
             from labkit.suite.journal import read
             import pandas as pd

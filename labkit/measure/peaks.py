@@ -93,7 +93,6 @@ def measure_device_peaks(copy_mib: int | None = None, gemm_n: int | None = None,
     dst = torch.empty_like(src)
     seconds = _best_seconds(lambda: dst.copy_(src), sync, repeats, inner)
     record["mem_bw_gbs"] = round(2 * src.numel() / seconds / 1e9, 1)
-    del src, dst
 
     def gemm_rate(dtype) -> float:
         a = torch.randn(n, n, device=device).to(dtype)

@@ -1,6 +1,8 @@
 """Plots: pure functions of stored results (never of live engines), returning matplotlib figures."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use(matplotlib.get_backend())  # respect the notebook's inline backend; Agg when headless
@@ -9,7 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from labkit.analyze.stats import METRICS, summarize
+from labkit.analyze.stats import METRICS, metric, summarize
 from labkit.errors import BadParameter
 
 
@@ -144,5 +146,30 @@ def by_load(table: pd.DataFrame, x: str, metrics: list[str], labels: dict[str, s
             ax.set_xscale("log", base=2)
         ax.set_xlabel(x.replace("_", " "))
         ax.set_ylabel((labels or {}).get(name, name))
+    fig.tight_layout()
+    return fig
+
+
+def waterfall(path: pd.DataFrame, metric_name: str):
+    """The diagnosis path as a waterfall: totals as full bars (the current and the recommended launch), each
+    change as a floating bar from the running value, green where it lowers a lower-is-better metric."""
+    lower_is_better = metric(metric_name).lower_is_better
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(path)), 3.4))
+    running = 0.0
+    for i, row in enumerate(path.itertuples()):
+        if row.kind == "total":
+            ax.bar(i, row.value, color="0.55")
+            running = row.value
+            label_y = row.value
+        else:
+            good = (row.value < 0) == lower_is_better
+            ax.bar(i, row.value, bottom=running, color="tab:green" if good else "tab:red")
+            running += row.value
+            label_y = max(running, running - row.value)
+        ax.annotate(f"{row.value:+.3g}" if row.kind != "total" else f"{row.value:.3g}", (i, label_y),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(path)), [textwrap.fill(s, 16) for s in path.step], fontsize=8)
+    ax.set_ylabel(metric(metric_name).meaning)
+    ax.set_title(f"From the current launch to the recommended one: {metric_name}")
     fig.tight_layout()
     return fig

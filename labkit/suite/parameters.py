@@ -15,6 +15,10 @@ NOTEBOOKS = settings.NOTEBOOKS
 SMOKE: dict[str, dict] = {
     "00_quickstart.ipynb": dict(model="tiny-llama", num_requests=24, prompt_len=64, output_len=16, trials=2,
                                 experiment="quickstart-smoke"),
+    # one change to find (max_num_seqs 1 under 4 clients queues requests: TTFT): two engine starts
+    "01_diagnose.ipynb": dict(command="vllm serve tiny-llama --max-num-seqs 1", model="tiny-llama", prompt_len=32,
+                              output_len=16, clients=4, requests=8, target="ttft_p99_ms", trials=2,
+                              experiment="diagnosis-smoke"),
     # a 2 MiB pool holds 2,048 tokens of the tiny model: 7 documents of 256 + 32, so 16 overflow it
     "L1_business/prefix_cache.ipynb": dict(model="tiny-llama", system_tokens=256, question_tokens=32, output_len=8,
                                            requests=16, clients=4, doc_tokens=256, working_sets="2,16", reuse=3,

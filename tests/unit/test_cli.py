@@ -107,3 +107,12 @@ def test_a_baseline_pointer_cannot_lead_outside_its_folder(tmp_path, capsys, mon
 
     with pytest.raises(DamagedStore, match="not a run folder"):
         baseline.baseline_runs("h200", tmp_path)
+
+
+def test_diagnose_refuses_a_bad_launch_slo_or_metric_before_any_engine(capsys, tmp_path):
+    assert cli.main(["diagnose", "python -m vllm.entrypoints.openai.api_server"]) == 2
+    assert "a launch is a `vllm serve MODEL [flags]` command line" in capsys.readouterr().err
+    assert cli.main(["diagnose", "vllm serve m", "--slo", "tpot_p50_ms<40"]) == 2
+    assert "METRIC=LIMIT" in capsys.readouterr().err
+    assert cli.main(["diagnose", "vllm serve m", "--target", "speed"]) == 2
+    assert "unknown metric 'speed'" in capsys.readouterr().err

@@ -1,0 +1,198 @@
+"""From a `vllm serve` command to a measured, ranked path of fixes.
+
+The path deep tuning starts with: (1) the launch's effective configuration, audited (a leftover
+--enforce-eager, graphs off, a non-default attention backend, user-set VLLM_*/NCCL_* variables...);
+(2) the current launch measured under the user's workload; (3) one-change arms chosen from what the audit
+found and what the hardware allows, each measured against the current launch with intervals; (4) the
+changes that helped, combined and measured again; (5) a ranked table, a waterfall, the recommended
+`vllm serve` line and one journal entry per step. It stops early when the current launch already meets the
+SLO or nothing is left to try, and counts its engine starts.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import os
+
+import pandas as pd
+
+from labkit.analyze import audit, diagnosis, stats
+from labkit.errors import BadParameter
+from labkit.experiment import Experiment
+from labkit.measure.platform import Platform, current_platform
+from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.launch import launch_command
+from labkit.spec.protocol import Protocol
+from labkit.spec.serve_command import Launch, parse_serve
+from labkit.spec.workload import Workload
+from labkit.store import Results
+
+
+def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> dict[str, tuple[dict, str]]:
+    """One-change arms for a launch: name -> (the launch's knobs with that one change, why it is tried).
+    Dropping a knob means vLLM's own default for it (the arms named default_*)."""
+    def without(*names):
+        return {k: v for k, v in knobs.items() if k not in names}
+
+    found = {}
+    if knobs.get("enforce_eager"):
+        found["no_enforce_eager"] = (without("enforce_eager"), "enforce_eager turns off torch.compile and CUDA "
+                                       "graphs together: often left over from debugging")
+    if knobs.get("cuda_graphs") is False or "cudagraph_capture_sizes" in knobs:
+        found["default_cuda_graphs"] = (without("cuda_graphs", "cudagraph_capture_sizes"),
+                                       "graphs off or narrowed: every decode step outside them pays launch overhead")
+    if "attention_backend" in knobs:
+        found["default_attention_backend"] = (without("attention_backend"), f"{knobs['attention_backend']} is set "
+                                             "by hand; vLLM's first choice for this platform may be faster")
+    clients = getattr(workload.arrival, "n", None)  # a closed loop's requests in flight
+    if "max_num_seqs" in knobs and clients and knobs["max_num_seqs"] < clients:
+        found["default_max_num_seqs"] = (without("max_num_seqs"), f"max_num_seqs={knobs['max_num_seqs']} is below "
+                                        f"the load's {clients} requests in flight: the rest queue")
+    if knobs.get("max_num_batched_tokens", 1 << 30) < 2048:
+        found["default_batch_budget"] = (without("max_num_batched_tokens"), "a batch budget under 2,048 tokens "
+                                        "splits prefills into many steps")
+    if knobs.get("enable_prefix_caching") is False:
+        found["prefix_caching_on"] = (without("enable_prefix_caching"), "prefix caching is off: shared prompt "
+                                      "prefixes are computed again for every request")
+    fp8_ready = platform.kind == "cuda" and (capability_tuple(platform.compute_capability) or (0, 0)) >= FP8_MIN
+    if fp8_ready and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
+        found["fp8_kv_cache"] = ({**knobs, "kv_cache_dtype": "fp8"}, "this GPU has fp8 tensor cores: an fp8 KV "
+                                 "cache halves the bytes attention reads and doubles the pool's tokens")
+    return found
+
+
+def combine(current: dict, changed: list[dict]) -> dict:
+    """The current knobs with every one-change arm's change applied: what each dropped, dropped; what each
+    set, set."""
+    merged = dict(current)
+    for knobs in changed:
+        for key in set(current) - set(knobs):
+            merged.pop(key, None)
+        merged.update({k: v for k, v in knobs.items() if current.get(k) != v})
+    return merged
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    """What a diagnosis found: the parsed launch, the audit of its effective configuration, the measured
+    changes ranked, the waterfall of the path, the recommended launch and how many engines it started."""
+
+    launch: Launch
+    target: str
+    results: Results
+    flags: list[str]
+    ranked: pd.DataFrame
+    path: pd.DataFrame
+    recommended: dict
+    engine_starts: int
+    outcome: str
+
+    def recommended_command(self) -> str:
+        return launch_command("serve", self.launch.model, {**self.recommended, **self.launch.unmodelled})
+
+    def journal_entries(self) -> list[dict]:
+        """One entry per step (change -> metric -> conclusion), as the lab's journal keeps them."""
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        entries = [{"when_utc": now, "experiment": self.results.name, "load": "diagnosis", "change": "audit",
+                    "metric": "effective configuration", "conclusion": "; ".join(self.flags) or "nothing to question",
+                    "evidence": str(self.results.path)}]
+        for row in self.ranked.itertuples():
+            value = getattr(row, self.target, float("nan"))
+            entries.append({"when_utc": now, "experiment": self.results.name, "load": "diagnosis",
+                            "change": f"{row.arm}: {row.why}", "metric": f"{self.target}={value:.4g}",
+                            "conclusion": row.verdict, "evidence": str(self.results.path)})
+        entries.append({"when_utc": now, "experiment": self.results.name, "load": "diagnosis",
+                        "change": "recommended launch", "metric": self.target, "conclusion": self.outcome,
+                        "evidence": self.recommended_command()})
+        return entries
+
+
+def parse_slo(items: list[str]) -> dict[str, float]:
+    """METRIC=LIMIT texts (tpot_p50_ms=40) as a dict; a malformed one or an unknown metric is a BadParameter."""
+    slo = {}
+    for item in items:
+        name, _, limit = item.partition("=")
+        try:
+            slo[name.strip()] = float(limit)
+        except ValueError:
+            raise BadParameter(f"an SLO is METRIC=LIMIT such as tpot_p50_ms=40; got {item!r}") from None
+        stats.metric(name.strip())
+    return slo
+
+
+def _meets(results: Results, arm: str, slo: dict[str, float]) -> bool:
+    for name, limit in slo.items():
+        m = stats.metric(name)
+        value = stats.point(stats.groups(results, arm, m), m)
+        if (value > limit) if m.lower_is_better else (value < limit):
+            return False
+    return bool(slo)
+
+
+@contextlib.contextmanager
+def _variables(values: dict):
+    """The launch's VLLM_*/NCCL_* variables in force while its arms run (workers inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def diagnose(command: str, workload: Workload, *, model: str | None = None, target: str = "tpot_p50_ms",
+             slo: dict[str, float] | None = None, environ: dict | None = None, name: str = "diagnosis",
+             protocol: Protocol | None = None, results_dir=None, progress: bool = True) -> Diagnosis:
+    """Run the path for a `vllm serve` command under `workload`. `model` is what the lab measures in the
+    command's model's place (a synthetic shape such as "llama3-8b"; default: the command's model). Every bad
+    input fails before an engine starts."""
+    stats.metric(target)  # an unknown metric fails here, not after the measurements
+    for metric_name in slo or {}:
+        stats.metric(metric_name)
+    launch = parse_serve(command, os.environ if environ is None else environ)
+    platform = current_platform()
+    changes = candidate_changes(launch.knobs, platform, workload)
+    arms = {"current": launch.knobs, **{arm: knobs for arm, (knobs, _) in changes.items()}}
+    protocol = protocol or Protocol(trials=3, warmup_requests=4)
+
+    def experiment(arms):
+        return Experiment(name, arms, workload, model=model or launch.model, protocol=protocol,
+                          results_dir=results_dir)
+
+    stored = experiment(arms).store
+    before = {arm for arm in arms if stored.completed_spec(arm) is not None}  # resumed, not started again
+    with _variables(launch.variables):
+        results = experiment(arms).run(progress=progress, only=["current"])
+        if "current" not in results.complete_arms:
+            raise BadParameter(f"the current launch did not run: {results.facts('cause').to_dict('records')}")
+        flags = audit.flags(results, "current")
+        if _meets(results, "current", slo or {}) or not changes:
+            outcome = ("the current launch meets the SLO: keep what you have" if changes
+                       else "nothing to try: keep what you have")
+            return _finish(launch, target, results, flags, {}, [], None, before, outcome, name, results_dir)
+        results = experiment(arms).run(progress=progress)
+        about = {arm: {"why": why} for arm, (_, why) in changes.items()}
+        helped = [arm for arm in changes if arm in results.complete_arms
+                  and stats.compare(results, "current", arm, target).verdict == "better"]
+        combined = None
+        if len(helped) > 1:
+            arms["combined"], combined = combine(launch.knobs, [arms[arm] for arm in helped]), "combined"
+            about["combined"] = {"why": "the changes that helped, together: " + " + ".join(helped)}
+            results = experiment(arms).run(progress=progress, only=["combined"])
+        best = combined if combined in results.complete_arms else (helped[0] if helped else None)
+        outcome = f"recommended: {best}" if best else "no change helped at this noise: keep what you have"
+        return _finish(launch, target, results, flags, about, helped, combined, before, outcome, name, results_dir,
+                       arms.get(best, launch.knobs))
+
+
+def _finish(launch, target, results, flags, about, helped, combined, before, outcome, name, results_dir,
+            recommended=None) -> Diagnosis:
+    ranked = diagnosis.ranked_changes(results, "current", target, about) if about else pd.DataFrame()
+    path = diagnosis.waterfall(results, "current", helped, combined, target)
+    starts = len(set(results.complete_arms) - before)
+    if len(path) > 1:
+        outcome += f" ({target} {path.value.iloc[0]:.4g} -> {path.value.iloc[-1]:.4g})"
+    recommended = launch.knobs if recommended is None else recommended
+    return Diagnosis(launch, target, results, flags, ranked, path, dict(recommended), starts, outcome)

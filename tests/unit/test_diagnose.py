@@ -1,0 +1,87 @@
+"""The diagnosis path's logic: which one-change arms a launch gets and why, how helpful changes combine, what
+the lab reproduces of a launch, SLO texts, and the ranked table and waterfall read from stored results."""
+import numpy as np
+import pytest
+
+import labkit as lk
+from labkit.analyze import diagnosis
+from labkit.diagnose import candidate_changes, combine, parse_slo
+from labkit.errors import BadParameter
+from labkit.measure.platform import Platform
+from labkit.spec.serve_command import to_knobs
+from test_stats import _requests, _trials, make_results
+
+H200 = Platform("cuda", (0, 26, 0), ("NVIDIA H200",), "9.0")
+CPU = Platform("cpu", (0, 32, 0))
+LOAD = lk.Workload.closed_loop(64, 500, 800, 16)
+
+
+def test_the_audit_findings_become_one_change_arms():
+    launch = {"enforce_eager": True, "attention_backend": "TRITON_ATTN", "max_num_seqs": 4,
+              "enable_prefix_caching": False}
+    found = candidate_changes(launch, H200, LOAD)
+    assert set(found) == {"no_enforce_eager", "default_attention_backend", "default_max_num_seqs",
+                          "prefix_caching_on", "fp8_kv_cache"}
+    assert found["no_enforce_eager"][0] == {k: v for k, v in launch.items() if k != "enforce_eager"}
+    assert "below the load's 16 requests in flight" in found["default_max_num_seqs"][1]
+    assert "fp8_kv_cache" not in candidate_changes(launch, CPU, LOAD)  # no fp8 tensor cores to use
+    assert candidate_changes({"max_num_seqs": 64}, CPU, LOAD) == {}  # nothing to try: keep what you have
+
+
+def test_helpful_changes_combine_into_one_launch():
+    launch = {"enforce_eager": True, "max_num_seqs": 4, "attention_backend": "TRITON_ATTN"}
+    merged = combine(launch, [{"max_num_seqs": 4, "attention_backend": "TRITON_ATTN"},
+                              {"enforce_eager": True, "attention_backend": "TRITON_ATTN", "max_num_seqs": 4,
+                               "kv_cache_dtype": "fp8"}])
+    assert merged == {"max_num_seqs": 4, "attention_backend": "TRITON_ATTN", "kv_cache_dtype": "fp8"}
+
+
+def test_what_a_launch_sets_becomes_knobs_and_the_rest_is_named():
+    knobs, rest = to_knobs({"enforce_eager": True, "max_num_seqs": 16, "seed": 1, "swap_space": 8,
+                            "compilation_config": {"cudagraph_mode": "CUDAGraphMode.NONE", "level": 3}})
+    assert knobs == {"enforce_eager": True, "max_num_seqs": 16, "cuda_graphs": False}
+    assert rest == {"swap_space": 8, "compilation_config": {"level": 3}}  # the seed changes nothing measured
+
+
+def test_slo_texts():
+    assert parse_slo(["tpot_p50_ms=40", "ttft_p99_ms = 500"]) == {"tpot_p50_ms": 40.0, "ttft_p99_ms": 500.0}
+    with pytest.raises(BadParameter, match="METRIC=LIMIT"):
+        parse_slo(["tpot_p50_ms<40"])
+    with pytest.raises(BadParameter, match="unknown metric 'tpot'"):
+        parse_slo(["tpot=40"])
+
+
+@pytest.fixture(scope="module")
+def measured():
+    gen = np.random.default_rng(3)
+    return make_results({
+        "current": (_requests("current", gen), _trials("current", [1000, 1010, 990])),
+        "no_enforce_eager": (_requests("no_enforce_eager", gen, tpot_scale=0.5), _trials("no_enforce_eager", [1900, 1910, 1890])),
+        "fp8_kv_cache": (_requests("fp8_kv_cache", gen, tpot_scale=0.9), _trials("fp8_kv_cache", [1100, 1105, 1095])),
+        "worse": (_requests("worse", gen, tpot_scale=1.4), _trials("worse", [800, 810, 790])),
+        "combined": (_requests("combined", gen, tpot_scale=0.42), _trials("combined", [2100, 2110, 2090])),
+    })
+
+
+def test_changes_are_ranked_best_first_with_their_verdicts(measured):
+    about = {arm: {"why": arm} for arm in ("worse", "fp8_kv_cache", "no_enforce_eager", "never_ran")}
+    table = diagnosis.ranked_changes(measured, "current", "tpot_p50_ms", about)
+    assert list(table.arm) == ["no_enforce_eager", "fp8_kv_cache", "worse", "never_ran"]
+    assert list(table.verdict) == ["better", "better", "worse", "not measured"]
+    assert table.change[0] == pytest.approx(-0.5, abs=0.06) and table.ci_low[0] < table.change[0] < table.ci_high[0]
+
+
+def test_the_waterfall_ends_at_the_measured_combination_not_the_sum(measured):
+    path = diagnosis.waterfall(measured, "current", ["no_enforce_eager", "fp8_kv_cache"], "combined", "tpot_p50_ms")
+    assert list(path.kind) == ["total", "change", "change", "change", "total"]
+    start, end = path.value.iloc[0], path.value.iloc[-1]
+    assert start + path.value.iloc[1:4].sum() == pytest.approx(end)  # the interaction closes the gap
+    assert path.value.iloc[3] > 0  # combined gains less than the two alone would add up to
+
+
+def test_the_recommended_command_drops_what_the_winning_change_dropped():
+    from labkit.diagnose import Diagnosis
+    from labkit.spec.serve_command import Launch
+    launch = Launch("vllm serve m --max-num-seqs 1 --block-size 32", "m", {"max_num_seqs": 1}, {"block_size": 32}, {})
+    found = Diagnosis(launch, "ttft_p99_ms", None, [], None, None, {}, 2, "recommended: default_max_num_seqs")
+    assert found.recommended_command() == "vllm serve m --block-size 32"
