@@ -16,8 +16,10 @@ test: setup
 unit: setup
 	$(PY) -m pytest tests/unit $(ARGS)
 
+# JupyterLab refuses root unless told (containers run as root); it prints the lab's address when it starts
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks/
+	@echo "JupyterLab on notebooks/: open the http://127.0.0.1:8888/lab?token=... address it prints below"
+	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 bench: setup
 	$(PY) benchmarks/harness_tax.py $(ARGS)
