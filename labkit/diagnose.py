@@ -171,7 +171,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         if _meets(results, "current", slo or {}) or not changes:
             outcome = ("the current launch meets the SLO: keep what you have" if changes
                        else "nothing to try: keep what you have")
-            return _finish(launch, target, results, flags, {}, [], None, before, outcome, name, results_dir)
+            return _finish(launch, target, results, flags, {}, [], None, before, outcome)
         results = experiment(arms).run(progress=progress)
         about = {arm: {"why": why} for arm, (_, why) in changes.items()}
         helped = [arm for arm in changes if arm in results.complete_arms
@@ -181,16 +181,20 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
             arms["combined"], combined = combine(launch.knobs, [arms[arm] for arm in helped]), "combined"
             about["combined"] = {"why": "the changes that helped, together: " + " + ".join(helped)}
             results = experiment(arms).run(progress=progress, only=["combined"])
-        best = combined if combined in results.complete_arms else (helped[0] if helped else None)
+        # the best measured launch wins: the combination only if it beats every change alone
+        m = stats.metric(target)
+        finalists = [arm for arm in [*helped, combined] if arm in results.complete_arms]
+        value = {arm: stats.point(stats.groups(results, arm, m), m) for arm in finalists}
+        best = min(finalists, key=lambda a: value[a] if m.lower_is_better else -value[a]) if finalists else None
         outcome = f"recommended: {best}" if best else "no change helped at this noise: keep what you have"
-        return _finish(launch, target, results, flags, about, helped, combined, before, outcome, name, results_dir,
-                       arms.get(best, launch.knobs))
+        return _finish(launch, target, results, flags, about, helped, combined, before, outcome, best,
+                       arms[best] if best else None)
 
 
-def _finish(launch, target, results, flags, about, helped, combined, before, outcome, name, results_dir,
+def _finish(launch, target, results, flags, about, helped, combined, before, outcome, best=None,
             recommended=None) -> Diagnosis:
     ranked = diagnosis.ranked_changes(results, "current", target, about) if about else pd.DataFrame()
-    path = diagnosis.waterfall(results, "current", helped, combined, target)
+    path = diagnosis.waterfall(results, "current", helped, combined, target, best)
     starts = len(set(results.complete_arms) - before)
     if len(path) > 1:
         outcome += f" ({target} {path.value.iloc[0]:.4g} -> {path.value.iloc[-1]:.4g})"

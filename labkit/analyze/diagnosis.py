@@ -28,19 +28,25 @@ def ranked_changes(results, current: str, target: str, changes: dict[str, dict])
     return table.reset_index(drop=True)
 
 
-def waterfall(results, current: str, helped: list[str], combined: str | None, target: str) -> pd.DataFrame:
-    """The steps from the current launch to the recommended one on the target metric: the current value,
-    each helpful change's own effect (measured alone), the interaction (combined minus the sum of the
-    alone-effects) and the combined value. Without a combined arm the path ends at the best single change."""
+def waterfall(results, current: str, helped: list[str], combined: str | None, target: str,
+              recommended: str | None = None) -> pd.DataFrame:
+    """The steps from the current launch on the target metric: the current value, each helpful change's own
+    effect (measured alone), the interaction (the measured combination minus the sum of the alone-effects)
+    and the combination's value; then the recommended launch (default: the combination, else the best
+    single change) when it is another one, e.g. a single change that beat the combination."""
     m = stats.metric(target)
-    value = {arm: stats.point(stats.groups(results, arm, m), m) for arm in [current, *helped, combined] if arm}
+    arms = [a for a in dict.fromkeys([current, *helped, combined, recommended]) if a in results.complete_arms]
+    value = {arm: stats.point(stats.groups(results, arm, m), m) for arm in arms}
     rows = [{"step": f"current launch ({current})", "kind": "total", "value": value[current]}]
-    rows += [{"step": arm, "kind": "change", "value": value[arm] - value[current]} for arm in helped]
-    if combined and combined in results.complete_arms:
-        alone = sum(value[arm] - value[current] for arm in helped)
+    rows += [{"step": arm, "kind": "change", "value": value[arm] - value[current]} for arm in helped if arm in value]
+    if combined in value:
+        alone = sum(value[arm] - value[current] for arm in helped if arm in value)
         rows.append({"step": "combining them", "kind": "change", "value": value[combined] - value[current] - alone})
-        rows.append({"step": f"recommended ({combined})", "kind": "total", "value": value[combined]})
-    elif helped:
-        best = min(helped, key=lambda a: value[a] if m.lower_is_better else -value[a])
-        rows.append({"step": f"recommended ({best})", "kind": "total", "value": value[best]})
+        rows.append({"step": f"combined ({combined})", "kind": "total", "value": value[combined]})
+    singles = [arm for arm in helped if arm in value]
+    recommended = recommended or (combined if combined in value else
+                                  min(singles, key=lambda a: value[a] if m.lower_is_better else -value[a])
+                                  if singles else None)
+    if recommended in value and recommended != combined:
+        rows.append({"step": f"recommended ({recommended})", "kind": "total", "value": value[recommended]})
     return pd.DataFrame(rows)

@@ -77,6 +77,10 @@ def test_the_waterfall_ends_at_the_measured_combination_not_the_sum(measured):
     start, end = path.value.iloc[0], path.value.iloc[-1]
     assert start + path.value.iloc[1:4].sum() == pytest.approx(end)  # the interaction closes the gap
     assert path.value.iloc[3] > 0  # combined gains less than the two alone would add up to
+    single = diagnosis.waterfall(measured, "current", ["no_enforce_eager", "fp8_kv_cache"], None, "tpot_p50_ms")
+    assert list(single.step)[-1] == "recommended (no_enforce_eager)"  # the best change alone
+    beaten = diagnosis.waterfall(measured, "current", ["no_enforce_eager"], "combined", "tpot_p50_ms", "no_enforce_eager")
+    assert list(beaten.kind) == ["total", "change", "change", "total", "total"]
 
 
 def test_the_recommended_command_drops_what_the_winning_change_dropped():
