@@ -17,9 +17,10 @@ import os
 
 import pandas as pd
 
-from labkit.analyze import audit, diagnosis, stats
+from labkit.analyze import audit, diagnosis, profiling, roofline, stats
 from labkit.errors import BadParameter
 from labkit.experiment import Experiment
+from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
 from labkit.spec.launch import launch_command
@@ -82,6 +83,7 @@ class Diagnosis:
     target: str
     results: Results
     flags: list[str]
+    profile: dict  # the current launch's bottleneck class and rule, and its share of the roofline
     ranked: pd.DataFrame
     path: pd.DataFrame
     recommended: dict
@@ -96,6 +98,9 @@ class Diagnosis:
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         entries = [{"when_utc": now, "experiment": self.results.name, "load": "diagnosis", "change": "audit",
                     "metric": "effective configuration", "conclusion": "; ".join(self.flags) or "nothing to question",
+                    "evidence": str(self.results.path)},
+                   {"when_utc": now, "experiment": self.results.name, "load": "diagnosis", "change": "profile",
+                    "metric": "bottleneck and roofline", "conclusion": "; ".join(f"{k}: {v}" for k, v in self.profile.items()),
                     "evidence": str(self.results.path)}]
         for row in self.ranked.itertuples():
             value = getattr(row, self.target, float("nan"))
@@ -106,6 +111,23 @@ class Diagnosis:
                         "change": "recommended launch", "metric": self.target, "conclusion": self.outcome,
                         "evidence": self.recommended_command()})
         return entries
+
+
+def current_profile(results: Results) -> dict:
+    """The current launch's profiler window read as a bottleneck class (and the rule that fired), and its
+    decode and prefill as a share of this hardware's limit; what is missing says why."""
+    found = {}
+    try:
+        verdict, rule = profiling.analyse(profiling.arm_trace(results, "current"))["bottleneck"]
+        found.update(bottleneck=verdict, rule=rule)
+    except (BadParameter, OSError, ValueError) as exc:
+        found["bottleneck"] = f"not profiled: {exc}"
+    table = roofline.roofline_table(results.select(results.loads[0]) if results.loads else results, detect_peaks())
+    if not table.empty and "current" in set(table.arm):
+        row = table.set_index("arm").loc["current"]
+        found.update(tpot_pct_of_limit=round(float(row.tpot_pct_of_limit), 1),
+                     ttft_pct_of_limit=round(float(row.ttft_pct_of_limit), 1), peaks=row.peaks)
+    return found
 
 
 def parse_slo(items: list[str]) -> dict[str, float]:
@@ -156,6 +178,8 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
     changes = candidate_changes(launch.knobs, platform, workload)
     arms = {"current": launch.knobs, **{arm: knobs for arm, (knobs, _) in changes.items()}}
     protocol = protocol or Protocol(trials=3, warmup_requests=4)
+    if not protocol.profile_requests:  # the path reads the current launch's profile: every arm gets a window
+        protocol = dataclasses.replace(protocol, profile_requests=4)
 
     def experiment(arms):
         return Experiment(name, arms, workload, model=model or launch.model, protocol=protocol,
@@ -168,10 +192,11 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         if "current" not in results.complete_arms:
             raise BadParameter(f"the current launch did not run: {results.facts('cause').to_dict('records')}")
         flags = audit.flags(results, "current")
+        profile = current_profile(results)
         if _meets(results, "current", slo or {}) or not changes:
             outcome = ("the current launch meets the SLO: keep what you have" if changes
                        else "nothing to try: keep what you have")
-            return _finish(launch, target, results, flags, {}, [], None, before, outcome)
+            return _finish(launch, target, results, flags, profile, {}, [], None, before, outcome)
         results = experiment(arms).run(progress=progress)
         about = {arm: {"why": why} for arm, (_, why) in changes.items()}
         helped = [arm for arm in changes if arm in results.complete_arms
@@ -187,11 +212,11 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         value = {arm: stats.point(stats.groups(results, arm, m), m) for arm in finalists}
         best = min(finalists, key=lambda a: value[a] if m.lower_is_better else -value[a]) if finalists else None
         outcome = f"recommended: {best}" if best else "no change helped at this noise: keep what you have"
-        return _finish(launch, target, results, flags, about, helped, combined, before, outcome, best,
+        return _finish(launch, target, results, flags, profile, about, helped, combined, before, outcome, best,
                        arms[best] if best else None)
 
 
-def _finish(launch, target, results, flags, about, helped, combined, before, outcome, best=None,
+def _finish(launch, target, results, flags, profile, about, helped, combined, before, outcome, best=None,
             recommended=None) -> Diagnosis:
     ranked = diagnosis.ranked_changes(results, "current", target, about) if about else pd.DataFrame()
     path = diagnosis.waterfall(results, "current", helped, combined, target, best)
@@ -199,4 +224,4 @@ def _finish(launch, target, results, flags, about, helped, combined, before, out
     if len(path) > 1:
         outcome += f" ({target} {path.value.iloc[0]:.4g} -> {path.value.iloc[-1]:.4g})"
     recommended = launch.knobs if recommended is None else recommended
-    return Diagnosis(launch, target, results, flags, ranked, path, dict(recommended), starts, outcome)
+    return Diagnosis(launch, target, results, flags, profile, ranked, path, dict(recommended), starts, outcome)

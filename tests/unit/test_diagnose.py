@@ -87,5 +87,5 @@ def test_the_recommended_command_drops_what_the_winning_change_dropped():
     from labkit.diagnose import Diagnosis
     from labkit.spec.serve_command import Launch
     launch = Launch("vllm serve m --max-num-seqs 1 --block-size 32", "m", {"max_num_seqs": 1}, {"block_size": 32}, {})
-    found = Diagnosis(launch, "ttft_p99_ms", None, [], None, None, {}, 2, "recommended: default_max_num_seqs")
+    found = Diagnosis(launch, "ttft_p99_ms", None, [], {}, None, None, {}, 2, "recommended: default_max_num_seqs")
     assert found.recommended_command() == "vllm serve m --block-size 32"
