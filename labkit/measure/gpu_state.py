@@ -64,7 +64,8 @@ class GpuStateSampler:
                 rows = [(str(i), self._uuid(i)) for i in range(self._pynvml.nvmlDeviceGetCount())]
                 chosen = visible_gpus(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
                 self._handles = [self._pynvml.nvmlDeviceGetHandleByIndex(int(i)) for i, _ in chosen]
-                _read(self._pynvml, self._handles[0]) if self._handles else None
+                for handle in self._handles[:1]:  # one read now: a driver lacking a query fails here, not mid-trial
+                    _read(self._pynvml, handle)
             except Exception as exc:  # an old driver without one of the queries: say so, sample nothing
                 self._handles, self.why_not = [], f"NVML could not read the GPU state: {exc}"
             if not self._handles and not self.why_not:
