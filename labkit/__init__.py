@@ -16,9 +16,17 @@ from labkit.spec.workload import (Burst, Concurrency, Fixed, FromLog, LogNormal,
 from labkit.store import Results, load
 from labkit.suite.parameters import smoke_parameters
 
+
+
+def explore(experiment: str | None = None, roots: dict | None = None):
+    """The results explorer (ipywidgets), opened on `experiment`: labkit.present.explore (loaded on first use)."""
+    from labkit.present.explore import explore as open_explorer
+    return open_explorer(experiment, roots)
+
+
 __all__ = [
     "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable",
     "Experiment", "default_model", "current_platform", "KNOBS", "plan_arm", "SHAPES", "ModelShape", "resolve_model",
     "Protocol", "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform",
-    "Workload", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters",
+    "Workload", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters", "explore",
 ]

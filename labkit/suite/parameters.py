@@ -19,6 +19,7 @@ SMOKE: dict[str, dict] = {
     "01_diagnose.ipynb": dict(command="vllm serve tiny-llama --max-num-seqs 1", model="tiny-llama", prompt_len=32,
                               output_len=16, clients=4, requests=8, target="ttft_p99_ms", trials=2,
                               experiment="diagnosis-smoke"),
+    "explore.ipynb": dict(experiment="quickstart-smoke"),
     # a 2 MiB pool holds 2,048 tokens of the tiny model: 7 documents of 256 + 32, so 16 overflow it
     "L1_business/prefix_cache.ipynb": dict(model="tiny-llama", system_tokens=256, question_tokens=32, output_len=8,
                                            requests=16, clients=4, doc_tokens=256, working_sets="2,16", reuse=3,

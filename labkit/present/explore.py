@@ -1,0 +1,217 @@
+"""The results explorer (ipywidgets; no engine needed): pick stored results (this checkout's, or the committed
+baselines of any hardware), an experiment, arms, a load and a metric, and read the values with their 95 %
+intervals and verdicts against a reference arm beside a plot. A batch-triangle result gets an SLO slider that
+recomputes the answer, the goodput and the binding constraint from the stored requests; a chunked-prefill
+result a timeline whose window can be moved; a second set of results (another hardware) can be set beside.
+
+`Explorer` keeps what it last showed (`table`, `figure`, `answer`), so a test can move a widget and read what
+changed; `lk.explore()` builds one and returns its widget.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from labkit import settings
+from labkit.analyze import slo, stats
+from labkit.errors import BadParameter
+from labkit.present import plots
+from labkit.store import Results, load
+
+NONE = "(none)"
+_VERDICT_COLOURS = {"better": "background-color: #c8e6c9", "worse": "background-color: #ffcdd2",
+                    "no detectable difference": "color: #616161"}
+
+
+def result_roots() -> dict[str, Path]:
+    """Folders of stored results by label: this checkout's, then every committed baseline's (by hardware)."""
+    current = settings.current()
+    found = {"this checkout": current.results_dir}
+    for folder in sorted(current.baselines_dir.glob("**/results")):
+        found[f"{folder.parent.relative_to(current.baselines_dir)}"] = folder
+    return {label: folder for label, folder in found.items() if any(folder.glob("*/experiment.json"))}
+
+
+def experiments_in(root: Path) -> list[str]:
+    return sorted(p.parent.name for p in Path(root).glob("*/experiment.json"))
+
+
+def only_arms(results: Results, arms: list[str]) -> Results:
+    """The same results restricted to some arms (every statistic bootstraps each arm: fewer arms, less work)."""
+    keep = results.arms.arm.isin(arms)
+    return Results(results.name, results.path, results.spec, results.arms[keep],
+                   results.requests[results.requests.arm.isin(arms)], results.trials[results.trials.arm.isin(arms)],
+                   {a: e for a, e in results.environment.items() if a in arms})
+
+
+def values_table(results: Results, metric_name: str, reference: str) -> pd.DataFrame:
+    """Per arm in the experiment's order: "value [low, high]" with the 95 % interval, the change against the
+    reference arm with its interval, and the verdict."""
+    record = stats.ab_record(results, reference, [metric_name])
+    order = [a for a in results.arms.arm if a in set(record.arm)]
+    rows = []
+    for arm in order:
+        r = record[record.arm == arm].iloc[0]
+        row = {"arm": arm, metric_name: f"{r.value:.4g} [{r.ci_low:.4g}, {r.ci_high:.4g}]"}
+        if arm != reference and pd.notna(r.get("change")):
+            row.update(change=f"{r.change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}]", verdict=r.verdict)
+        else:
+            row.update(change="reference", verdict="")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["arm", metric_name, "change", "verdict"])
+
+
+def styled(table: pd.DataFrame):
+    """The values table with its verdicts coloured (pandas Styler), without the index."""
+    return table.style.map(lambda v: _VERDICT_COLOURS.get(v, ""), subset=["verdict"]).hide(axis="index")
+
+
+def triangle_arms(results: Results) -> dict[str, int]:
+    """A batch triangle's arms (max_num_seqs=N) and their batch sizes; empty for any other experiment."""
+    return {arm: int(m.group(1)) for arm in results.complete_arms if (m := re.fullmatch(r"max_num_seqs=(\d+)", arm))}
+
+
+def slo_answer(results: Results, metric_name: str, limit: float, summary: pd.DataFrame | None = None) -> dict:
+    """From stored points: the largest batch whose interval of the metric stays within the limit, its goodput
+    against every arm's, and the constraint that binds; nothing is measured again (`summary`, the metric's
+    stats.summarize, is reused when given: moving the limit then costs no bootstrap)."""
+    batches = triangle_arms(results)
+    summary = (summary if summary is not None else stats.summarize(results, [metric_name])).set_index("arm")
+    within = [b for arm, b in batches.items() if summary.loc[arm, "ci_high"] <= limit]
+    goodput = slo.goodput_by_arm(results, {metric_name: limit}).set_index("arm")
+    best = max(within) if within else None
+    return {"answer": best, "binding": metric_name if len(within) < len(batches) else None,
+            "goodput_request_s": goodput.goodput_request_s.round(2).to_dict(),
+            "sentence": (f"{metric_name} <= {limit:g}: max_num_seqs={best} is the largest setting whose interval "
+                         f"stays within it" if best else f"no measured setting keeps {metric_name} within {limit:g}")}
+
+
+class Explorer:
+    """The widgets and what they last showed."""
+
+    def __init__(self, roots: dict[str, Path] | None = None, experiment: str | None = None):
+        import ipywidgets as w
+
+        self.roots = roots if roots is not None else result_roots()
+        if not self.roots:
+            raise BadParameter("no stored results to explore: run an experiment (its results go under data/results/) "
+                               "or pass roots={'label': folder}")
+        holding = [label for label, folder in self.roots.items()
+                   if experiment is None or experiment in experiments_in(folder)]
+        if not holding:  # a named experiment opens the first results that hold it
+            raise BadParameter(f"no stored experiment {experiment!r} in {list(self.roots)}; stored there: "
+                               f"{sorted({e for f in self.roots.values() for e in experiments_in(f)})}")
+        self.table = self.figure = self.answer = None
+        self._quiet, self._timeline, self._slo_unset = False, False, False
+        self._shown: dict[tuple, tuple] = {}  # what a selection showed: moving the SLO or window reuses it
+        self.root = w.Dropdown(options=list(self.roots), value=holding[0], description="results")
+        self.beside = w.Dropdown(options=[NONE, *self.roots], description="beside")
+        self.experiment = w.Dropdown(description="experiment")
+        self.arms = w.SelectMultiple(description="arms", rows=6)
+        self.load = w.Dropdown(description="load")
+        self.metric = w.Dropdown(options=sorted(stats.METRICS), value="tpot_p50_ms", description="metric")
+        self.slo = w.FloatSlider(description="SLO", min=0.0, max=1.0, step=0.1, continuous_update=False)
+        self.window = w.FloatRangeSlider(description="window (s)", min=0.0, max=1.0, step=0.05,
+                                         continuous_update=False)
+        self.out = w.Output()
+        self.root.observe(lambda _: self._pick_root(), "value")
+        self.experiment.observe(lambda _: self._pick_experiment(), "value")
+        for control in (self.arms, self.load, self.metric, self.beside, self.slo, self.window):
+            control.observe(lambda _: self.refresh(), "value")
+        self._pick_root(experiment)
+
+    def widget(self):
+        import ipywidgets as w
+        return w.VBox([w.HBox([self.root, self.beside]), w.HBox([self.experiment, self.load, self.metric]),
+                       w.HBox([self.arms, w.VBox([self.slo, self.window])]), self.out])
+
+    def results(self, label: str | None = None) -> Results:
+        return load(self.experiment.value, self.roots[label or self.root.value])
+
+    def _pick_root(self, experiment: str | None = None):
+        names = experiments_in(self.roots[self.root.value])
+        self._quiet = True
+        self.experiment.options = names
+        self._quiet = False
+        self.experiment.value = experiment if experiment in names else names[0]
+        self._pick_experiment()
+
+    def _pick_experiment(self):
+        results = self.results()
+        self._quiet = True
+        self.arms.options = results.complete_arms
+        self.arms.value = tuple(results.complete_arms)
+        self.load.options = results.loads or ["(all)"]
+        self.load.value = self.load.options[0]
+        is_triangle = bool(triangle_arms(results))
+        self.slo.layout.display = None if is_triangle else "none"
+        if is_triangle:
+            self.metric.value = "tbt_p99_ms"
+            self._slo_unset = True  # the slider's range comes from the first summary (refresh)
+        parts = set(results.requests.get("part", pd.Series(dtype=str)).dropna())
+        self._timeline = {"streams", "long"} <= parts  # streams with long prompts injected: chunked prefill
+        self.window.layout.display = None if self._timeline else "none"
+        if self._timeline:
+            self.window.max = float(results.trials.duration_s.max())
+            self.window.value = (0.0, self.window.max)
+        self._quiet = False
+        self.refresh()
+
+    def refresh(self):
+        if self._quiet or not self.arms.value:
+            return
+        results = only_arms(self.results(), list(self.arms.value))
+        if self.load.value in results.loads:
+            part = results.select(self.load.value)
+        else:
+            part = results
+        order = [a for a in results.complete_arms if a in self.arms.value]
+        reference = results.reference_arm if results.reference_arm in order else order[0]
+        key = (self.root.value, self.beside.value, self.experiment.value, self.load.value, tuple(order),
+               self.metric.value)
+        if key not in self._shown:
+            summary = stats.summarize(part, [self.metric.value])
+            table = values_table(part, self.metric.value, reference).assign(results=self.root.value)
+            if self.beside.value != NONE and self.experiment.value in experiments_in(self.roots[self.beside.value]):
+                other = self.results(self.beside.value)
+                arms = [a for a in order if a in other.complete_arms]
+                if arms:
+                    other = only_arms(other, arms)
+                    other = other.select(self.load.value) if self.load.value in other.loads else other
+                    same = reference if reference in arms else arms[0]
+                    table = pd.concat([table, values_table(other, self.metric.value, same).assign(results=self.beside.value)])
+            figure = (plots.tbt_timeline(results, reference) if self._timeline
+                      else plots.arm_comparison(part, [self.metric.value], summary))
+            plt.close(figure)  # shown through the Output widget, not by the inline backend a second time
+            self._shown[key] = (table.reset_index(drop=True), summary, figure)
+        self.table, summary, self.figure = self._shown[key]
+        if self._timeline:
+            self.figure.axes[0].set_xlim(*self.window.value)
+        if triangle_arms(part):
+            if self._slo_unset:  # the slider spans the measured range of the SLO's metric
+                self._quiet, self._slo_unset = True, False
+                self.slo.max = float(2 * summary.ci_high.max())
+                self.slo.step = self.slo.max / 200
+                self.slo.value = float(summary.value.median())
+                self._quiet = False
+            self.answer = slo_answer(part, self.metric.value, self.slo.value, summary)
+        else:
+            self.answer = None
+        self._show()
+
+    def _show(self):
+        from IPython.display import display
+        self.out.clear_output(wait=True)
+        with self.out:
+            if self.answer:
+                print(self.answer["sentence"])
+            display(styled(self.table))
+            display(self.figure)
+
+
+def explore(experiment: str | None = None, roots: dict[str, Path] | None = None):
+    """The explorer's widget, opened on `experiment` where it is stored."""
+    return Explorer(roots, experiment).widget()

@@ -1,0 +1,73 @@
+"""The results explorer on committed evidence (the H200's stores): moving a widget changes what it shows."""
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from labkit.errors import BadParameter  # noqa: E402
+from labkit.present import explore  # noqa: E402
+
+H200 = Path(__file__).resolve().parents[2] / "data" / "baselines" / "h200"
+ROOTS = {"h200": H200 / "results", "h200 engine context": H200 / "engine-context" / "results"}
+
+
+@pytest.fixture(scope="module")
+def explorer():
+    return explore.Explorer(ROOTS, "cuda-graphs")
+
+
+def test_it_opens_on_the_experiment_with_values_intervals_and_verdicts(explorer):
+    assert explorer.experiment.value == "cuda-graphs" and set(explorer.arms.value) == {
+        "default", "graphs_off", "eager", "narrow_capture"}
+    table = explorer.table
+    assert list(table.arm) == ["default", "graphs_off", "eager", "narrow_capture"]  # the experiment's order
+    assert table.change[0] == "reference" and set(table.verdict[1:]) <= {"better", "worse", "no detectable difference"}
+    assert " [" in table.tpot_p50_ms[0] and explorer.figure is not None
+
+
+def test_moving_a_widget_changes_what_it_shows(explorer):
+    before = explorer.table.copy()
+    explorer.load.value = "c64"
+    explorer.metric.value = "output_tok_s"
+    assert list(explorer.table.columns)[1] == "output_tok_s" and not explorer.table.equals(before)
+    explorer.arms.value = ("eager", "default")
+    assert list(explorer.table.arm) == ["default", "eager"] and explorer.table.change[0] == "reference"
+
+
+def test_another_hardware_run_can_be_set_beside(explorer):
+    explorer.arms.value = ("default", "eager")
+    explorer.beside.value = "h200 engine context"
+    assert set(explorer.table.results) == {"h200", "h200 engine context"} and len(explorer.table) == 4
+
+
+def test_a_batch_triangle_gets_an_slo_slider_that_recomputes_the_answer():
+    triangle = explore.Explorer(ROOTS, "batch-triangle")
+    assert triangle.slo.layout.display != "none" and triangle.metric.value == "tbt_p99_ms"
+    triangle.slo.value = triangle.slo.max
+    loose = triangle.answer
+    triangle.slo.value = triangle.slo.step
+    tight = triangle.answer
+    assert loose["answer"] == max(explore.triangle_arms(triangle.results()).values()) and tight["answer"] is None
+    assert "no measured setting" in tight["sentence"] and set(loose["goodput_request_s"]) == set(triangle.arms.value)
+
+
+def test_nothing_to_explore_is_a_clear_error(tmp_path):
+    with pytest.raises(BadParameter, match="no stored results to explore"):
+        explore.Explorer({}, None)
+
+
+def test_a_chunked_prefill_timeline_window_can_be_moved():
+    run = {"suite run": H200 / "20261129T225537Z-h200" / "results"}
+    timeline = explore.Explorer(run, "chunked-prefill")
+    assert timeline.window.layout.display != "none" and timeline.slo.layout.display == "none"
+    full = timeline.figure.axes[0].get_xlim()
+    timeline.window.value = (1.0, 2.0)
+    assert timeline.figure.axes[0].get_xlim() == (1.0, 2.0) != full
+
+
+def test_a_named_experiment_opens_the_results_that_hold_it_or_is_a_clear_error():
+    assert explore.Explorer(ROOTS, "attention-backends").root.value == "h200 engine context"
+    with pytest.raises(BadParameter, match="no stored experiment 'nope'"):
+        explore.Explorer(ROOTS, "nope")
