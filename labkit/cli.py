@@ -23,7 +23,7 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     from labkit.measure.environment import hardware_key
     from labkit.errors import BadParameter
     from labkit import settings
-    from labkit.files import make_portable
+    from labkit.files import make_portable, without_widget_state
     from labkit.suite.notebooks import utc_stamp
     from labkit.suite.parameters import check_parameters
 
@@ -44,6 +44,7 @@ def run_notebook(notebook: str, parameters: dict, output_dir: str | Path | None 
     finally:
         if output.exists():  # its outputs (logs, tracebacks) name this machine's paths
             make_portable(output)
+            without_widget_state(output)
     return output
 
 

@@ -249,6 +249,11 @@ class Experiment:
             self.store.commit_arm(arm, workdir, {"arm": arm, "spec": spec, "facts": outcome.facts,
                                                  "environment": result.get("environment", {}),
                                                  "seconds": outcome.seconds, "recorded_utc": now})
+            # one plain line per arm: a stored notebook says what happened where its progress bars cannot
+            init = (outcome.facts or {}).get("init_s")
+            bar.write(f"arm {arm!r}: complete in {outcome.seconds:.0f} s"
+                      + (f" (engine start {init:.0f} s)" if init else "")
+                      + f", {self.protocol.trials} trial(s) x {len(self.loads)} load(s)")
         else:
             where = self.store.record_failure(arm, workdir, {"arm": arm, "spec": spec, "cause": outcome.cause,
                                                              "log_tail": outcome.log_tail,

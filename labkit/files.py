@@ -63,3 +63,28 @@ def make_portable(*paths: Path) -> list[Path]:
             os.replace(tmp, path)
             changed.append(path)
     return changed
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def without_widget_state(path: Path) -> None:
+    """Store an executed notebook without ipywidgets state: a stored widget has no kernel behind it, and would
+    show as "Error displaying widget" or a frozen 0 % bar. Progress bars go (the plain line each arm prints
+    says what happened); any other widget keeps a note in its place."""
+    nb = json.loads(Path(path).read_text())
+    changed = nb.get("metadata", {}).pop("widgets", None) is not None
+    for cell in nb.get("cells", []):
+        kept = []
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                changed = True
+                if "%|" in "".join(data.get("text/plain", "")):  # a tqdm bar: its text is a frozen snapshot
+                    continue
+                output["data"] = {"text/plain": "[an interactive widget: run the cell to use it]"}
+            kept.append(output)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    if changed:
+        write_json_atomic(Path(path), nb)

@@ -21,7 +21,7 @@ from labkit import settings
 from labkit.errors import BadParameter
 from labkit.spec.knobs import check_knobs
 from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
-from labkit.files import make_portable, portable, write_json_atomic
+from labkit.files import make_portable, portable, without_widget_state, write_json_atomic
 
 NOTEBOOKS = settings.NOTEBOOKS
 
@@ -153,6 +153,7 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         executed = run / f"{_slug(nb)}.ipynb"
         if executed.exists():  # tracebacks and logs in its outputs name this machine's paths
             make_portable(executed)
+            without_widget_state(executed)
         write_json_atomic(status_file, {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
                                         "error": error and portable(error), "seconds": time.monotonic() - started})
     return run

@@ -1,4 +1,5 @@
 """What the lab writes: whole files only, and no path of the machine that wrote them (no engine)."""
+import json
 from pathlib import Path
 
 from labkit import settings
@@ -54,3 +55,25 @@ def test_a_gzipped_profiler_trace_loses_the_host_name_and_paths_and_stays_readab
     text = gzip.decompress(trace.read_bytes()).decode()
     assert "gpu-node-17" not in text and str(settings.ROOT) not in text and '"host_name": "<host>"' in text
     assert load_trace(trace).name.tolist() == ["gemm"]
+
+
+def test_an_executed_notebook_is_stored_without_widget_state(tmp_path):
+    from labkit.files import WIDGET_VIEW, without_widget_state
+    view = {WIDGET_VIEW: {"model_id": "abc", "version_major": 2}}
+    nb = {"metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}}, "cells": [
+        {"cell_type": "code", "outputs": [
+            {"output_type": "display_data", "data": {**view, "text/plain": "q-smoke: arms:   0%|          | 0/2"}},
+            {"output_type": "stream", "name": "stdout", "text": "arm 'a': complete in 31 s\n"}]},
+        {"cell_type": "code", "outputs": [{"output_type": "execute_result", "data": {**view, "text/plain": "VBox(...)"}}]},
+        {"cell_type": "markdown", "source": "text"}]}
+    path = tmp_path / "run.ipynb"
+    path.write_text(json.dumps(nb))
+    without_widget_state(path)
+    stored = json.loads(path.read_text())
+    assert "widgets" not in stored["metadata"]
+    assert stored["cells"][0]["outputs"] == [nb["cells"][0]["outputs"][1]]  # the bar goes, the plain line stays
+    assert stored["cells"][1]["outputs"][0]["data"] == {"text/plain": "[an interactive widget: run the cell to use it]"}
+    assert "outputs" not in stored["cells"][2]
+    before = path.read_text()
+    without_widget_state(path)
+    assert path.read_text() == before  # nothing left to strip: the file is not rewritten
