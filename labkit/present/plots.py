@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use(matplotlib.get_backend())  # respect the notebook's inline backend; Agg when headless
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -75,24 +76,33 @@ def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
 
 
 def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: float | None = None):
-    """Throughput against tail latency, one point per batch setting; preempting settings in red."""
+    """Throughput against tail latency, one point per batch setting; settings that preempted are red crosses.
+    Points that land on each other share one label ("64 = 128 = default"), so labels never run together."""
     summary = summarize(results, ["output_tok_s", x]).pivot(index="arm", columns="metric", values="value")
     preempted = results.trials.groupby("arm").preemptions.sum()
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for arm, batch in arms.items():
-        if arm not in summary.index:
-            continue
-        hot = preempted.get(arm, 0) > 0
-        ax.scatter(summary.loc[arm, x], summary.loc[arm, "output_tok_s"], color="tab:red" if hot else "tab:blue",
-                   marker="x" if hot else "o")
-        ax.annotate(str(batch), (summary.loc[arm, x], summary.loc[arm, "output_tok_s"]), fontsize=8,
-                    xytext=(4, 2), textcoords="offset points")
+    points = [(str(batch), summary.loc[arm, x], summary.loc[arm, "output_tok_s"], preempted.get(arm, 0) > 0)
+              for arm, batch in arms.items() if arm in summary.index]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for _, px, py, hot in points:
+        ax.scatter(px, py, color="tab:red" if hot else "tab:blue", marker="x" if hot else "o")
+    span_x = np.ptp([p[1] for p in points]) or 1.0
+    span_y = np.ptp([p[2] for p in points]) or 1.0
+    groups: list[list] = []  # points within 3 % of both axes' spans are one place on the plot
+    for label, px, py, _ in points:
+        near = next((g for g in groups if abs(g[1] - px) < 0.03 * span_x and abs(g[2] - py) < 0.03 * span_y), None)
+        if near:
+            near[0].append(label)
+        else:
+            groups.append([[label], px, py])
+    for labels, px, py in groups:
+        ax.annotate(" = ".join(labels), (px, py), fontsize=8, xytext=(5, 3), textcoords="offset points")
+    handles = [Line2D([], [], marker="x", color="tab:red", linestyle="none", label="preempted requests")]
     if slo:
-        ax.axvline(slo, color="gray", linestyle="--", label=f"SLO {x} = {slo:g}")
-        ax.legend(fontsize=8)
-    ax.set_xlabel(x)
-    ax.set_ylabel("output tok/s")
-    ax.set_title("batch triangle (x: preemptions)", fontsize=9)
+        handles.insert(0, ax.axvline(slo, color="gray", linestyle="--", label=f"SLO: {x} = {slo:g}"))
+    ax.legend(handles=handles, fontsize=8, loc="lower right")
+    ax.set_xlabel(f"{x}: {METRICS[x].meaning}")
+    ax.set_ylabel("output tokens per second")
+    ax.set_title("Batch triangle: throughput against tail latency, one point per max_num_seqs", fontsize=10)
     fig.tight_layout()
     return fig
 

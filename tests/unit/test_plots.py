@@ -53,6 +53,11 @@ def test_batch_triangle_marks_the_preempting_setting_and_draws_the_slo():
                for c in ax.collections]
     assert colours == [to_hex("tab:blue"), to_hex("tab:red")]
     assert [t.get_text() for t in ax.texts] == ["4", "8"]
+    twin = results()
+    for table in (twin.requests, twin.trials):  # b8 measured exactly as b4: the two points coincide
+        table.update(table[table.arm == "b4"].assign(arm="b8").set_index(table.index[table.arm == "b8"]))
+    same = plots.batch_triangle(twin, {"b4": 4, "b8": 8})
+    assert [t.get_text() for t in same.axes[0].texts] == ["4 = 8"]  # one place, one label: no overlap
     assert ax.get_lines()[0].get_xdata()[0] == 30.0
     # the points sit at the arms' throughput: 100, 101, 102 tok/s for b4 -> 101 (mean of trials)
     assert ax.collections[0].get_offsets()[0][1] == pytest.approx(101.0)
