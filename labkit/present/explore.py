@@ -19,6 +19,7 @@ from labkit import settings
 from labkit.analyze import slo, stats
 from labkit.errors import BadParameter
 from labkit.present import plots
+from labkit.present.tables import cell
 from labkit.store import Results, load
 
 NONE = "(none)"
@@ -55,7 +56,7 @@ def values_table(results: Results, metric_name: str, reference: str) -> pd.DataF
     rows = []
     for arm in order:
         r = record[record.arm == arm].iloc[0]
-        row = {"arm": arm, metric_name: f"{r.value:.4g} [{r.ci_low:.4g}, {r.ci_high:.4g}]"}
+        row = {"arm": arm, metric_name: cell(r.value, r.ci_low, r.ci_high)}
         if arm != reference and pd.notna(r.get("change")):
             row.update(change=f"{r.change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}]", verdict=r.verdict)
         else:
