@@ -16,3 +16,18 @@ def with_intervals(summary: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
     table = cells.pivot(index="metric", columns="arm", values="cell")
     metrics = list(dict.fromkeys(summary.metric))
     return table.loc[metrics, [a for a in arms if a in table.columns]].rename_axis(columns=None)
+
+
+def record_table(record: pd.DataFrame) -> pd.DataFrame:
+    """stats.ab_record as one row per load and arm (in the record's order): per metric its value with the
+    interval, and for each compared arm the change with its interval and the verdict, in one cell each."""
+    rows = []
+    for (load, arm), part in record.groupby(["load", "arm"], sort=False):
+        row = {"load": load, "arm": arm}
+        for r in part.itertuples():
+            row[r.metric] = cell(r.value, r.ci_low, r.ci_high)
+            change = getattr(r, "change", float("nan"))
+            row[f"{r.metric} change"] = ("reference" if pd.isna(change) else
+                                         f"{change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}] {r.verdict}")
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["load", "arm"])

@@ -12,3 +12,15 @@ def test_arms_keep_the_experiment_order_and_every_cell_holds_its_interval():
     assert list(table.columns) == ["max_num_seqs=4", "max_num_seqs=32"]  # not sorted as text
     assert list(table.index) == ["output_tok_s", "ttft_p99_ms"]
     assert table.loc["output_tok_s", "max_num_seqs=32"] == "400 [360, 440]" == cell(400.0, 360.0, 440.0)
+
+
+def test_a_long_record_becomes_one_row_per_load_and_arm():
+    from labkit.present.tables import record_table
+    record = pd.DataFrame([
+        {"load": "c8", "arm": "default", "metric": "tpot_p50_ms", "value": 5.0, "ci_low": 4.9, "ci_high": 5.1},
+        {"load": "c8", "arm": "eager", "metric": "tpot_p50_ms", "value": 16.0, "ci_low": 15.0, "ci_high": 17.0,
+         "change": 2.2, "change_ci_low": 2.0, "change_ci_high": 2.4, "verdict": "worse"}])
+    table = record_table(record)
+    assert list(table.index) == [("c8", "default"), ("c8", "eager")]
+    assert table.loc[("c8", "eager"), "tpot_p50_ms change"] == "+220.0% [+200.0%, +240.0%] worse"
+    assert table.loc[("c8", "default"), "tpot_p50_ms change"] == "reference"
