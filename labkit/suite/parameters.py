@@ -65,7 +65,9 @@ PROFILES: dict[str, dict[str, dict]] = {
     "gpu": {"*": {}},  # the notebooks' own defaults (Llama-3-8B shape on a GPU)
     # the grid starts at 8 there: at batch 8 the H200 measured TBT P99 21 ms (SLO 50 ms) and 11.8 s a trial
     # (data/baselines/h200/results/batch-triangle); each halving of the batch about doubles a trial
-    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"}},
+    # the diagnosis's eager batch-4 launch decodes ~15 ms a token there: 800-token answers made a trial minutes
+    "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"},
+             "01_diagnose.ipynb": {"output_len": 256, "requests": 32, "trials": 2}},
 }
 
 
