@@ -7,8 +7,9 @@ import pytest
 from labkit.analyze.roofline import Peaks, stored_peaks, decode_step_bytes, decode_step_floor_s, gpu_peaks, prefill_floor_s, roofline_table
 from labkit.spec.models import SHAPES
 from labkit.analyze.precision import WeightBytes
+from labkit import settings
 from labkit.errors import BadParameter
-from labkit.store import Results
+from labkit.store import Results, load
 
 LLAMA = SHAPES["llama3-8b"]
 GIB = 2**30
@@ -132,7 +133,19 @@ def test_given_peaks_scale_the_floor():
     assert decode_step_floor_s(LLAMA, slow, 1, 0) == pytest.approx(2 * decode_step_floor_s(LLAMA, H200, 1, 0))
 
 
-def test_peaks_default_to_the_datasheet_of_the_gpu_that_measured_the_results():
+def test_peaks_default_to_the_datasheet_of_the_gpu_that_measured_the_results(tmp_path):
+    with settings.use(settings.current().replace(peaks_dir=tmp_path)):  # no measured peaks recorded
+        _datasheet_peaks_by_device()
+
+
+def test_committed_h200_results_use_the_peaks_measured_on_the_h200():
+    """data/peaks/h200.json (hardware_profile.ipynb on the lent H200) is what H200 rooflines read."""
+    results = load("request-shape", settings.ROOT / "data" / "baselines" / "h200" / "results")
+    used = stored_peaks(results)
+    assert used.source.startswith("measured") and used.tflops < H200.tflops and used.mem_bw_gbs < H200.mem_bw_gbs
+
+
+def _datasheet_peaks_by_device():
     facts = pd.DataFrame([{"arm": "a", "status": "complete"}])
     on_h200 = Results("m", None, {}, facts, pd.DataFrame(), pd.DataFrame(), {"a": {"gpus": ["NVIDIA H200"]}})
     assert stored_peaks(on_h200) == H200
