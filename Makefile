@@ -16,10 +16,9 @@ test: setup
 unit: setup
 	$(PY) -m pytest tests/unit $(ARGS)
 
-# JupyterLab refuses root unless told (containers run as root); it prints the lab's address when it starts
+# labkit lab: the project's root with evidence read-only, --allow-root for root (containers run as root)
 lab: setup
-	@echo "JupyterLab on notebooks/: open the http://127.0.0.1:8888/lab?token=... address it prints below"
-	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root,)
+	$(VENV)/bin/labkit lab
 
 bench: setup
 	$(PY) benchmarks/harness_tax.py $(ARGS)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -154,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--threshold", type=float, default=0.05)
     cmp.add_argument("--report", metavar="PATH", help="write the report here instead of RUN/report.html")
     command("journal", help="print the journal: change -> metric -> conclusion")
+    lab = command("lab", help="JupyterLab on the project's root, opened on notebooks/ (committed evidence under "
+                  "data/baselines/ opens read-only)")
+    lab.add_argument("--port", type=int, help="the port (default: JupyterLab's own choice, 8888 when free)")
     diag = command("diagnose", help="from a `vllm serve` command to a measured, ranked path of fixes")
     diag.add_argument("launch", help='the command line in quotes, e.g. "vllm serve MODEL --enforce-eager"')
     diag.add_argument("--model", help="what the lab measures in the command's model's place (a synthetic shape "
@@ -188,6 +192,13 @@ def main(argv: list[str] | None = None) -> int:
             return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
         elif args.command == "diagnose":
             _diagnose(args)
+        elif args.command == "lab":
+            from labkit import settings
+            from labkit.present.lab import lab_command
+            argv_lab = lab_command(settings.ROOT, port=args.port, root_user=os.geteuid() == 0)
+            print("JupyterLab on the lab's root, opened on notebooks/: open the http://127.0.0.1:...token=... "
+                  "address it prints below; committed evidence (data/baselines/) opens read-only", flush=True)
+            os.execv(argv_lab[0], argv_lab)
         elif args.command == "journal":
             from labkit.suite.journal import read
             import pandas as pd

@@ -1,0 +1,55 @@
+"""The lab's JupyterLab: committed evidence is read-only through it, everything else saves as usual."""
+import asyncio
+
+import nbformat
+import pytest
+from tornado import web
+
+from labkit.present.lab import EvidenceContentsManager, is_evidence, lab_command
+
+EVIDENCE = "data/baselines/h200/run.ipynb"
+OWN = "notebooks/mine.ipynb"
+
+
+@pytest.fixture
+def lab_root(tmp_path):
+    for path in (EVIDENCE, OWN):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), tmp_path / path)
+    return tmp_path
+
+
+def test_evidence_is_reported_read_only_and_a_save_is_refused_leaving_it_as_it_was(lab_root):
+    manager = EvidenceContentsManager(root_dir=str(lab_root))
+    before = (lab_root / EVIDENCE).read_bytes()
+    model = asyncio.run(manager.get(EVIDENCE))
+    assert model["writable"] is False  # JupyterLab then opens it read-only and never autosaves it
+    model["content"]["metadata"]["language_info"] = {"name": "python", "version": "3.11.7"}
+    with pytest.raises(web.HTTPError) as refused:
+        asyncio.run(manager.save({**model, "type": "notebook", "format": "json"}, EVIDENCE))
+    assert refused.value.status_code == 403 and "Save As" in refused.value.log_message
+    for change in (lambda: manager.rename_file(EVIDENCE, OWN + "2"), lambda: manager.delete_file(EVIDENCE)):
+        with pytest.raises(web.HTTPError):
+            asyncio.run(change())
+    assert (lab_root / EVIDENCE).read_bytes() == before
+
+
+def test_the_users_own_notebooks_save_as_usual(lab_root):
+    manager = EvidenceContentsManager(root_dir=str(lab_root))
+    model = asyncio.run(manager.get(OWN))
+    assert model["writable"] is True
+    model["content"]["cells"][0]["source"] = "2 + 2"
+    asyncio.run(manager.save({**model, "type": "notebook", "format": "json"}, OWN))
+    assert nbformat.read(lab_root / OWN, 4).cells[0].source == "2 + 2"
+
+
+def test_evidence_is_the_baselines_folder_only():
+    assert is_evidence("data/baselines/h200/cuda_graphs.ipynb") and is_evidence("/data/baselines/x")
+    assert not is_evidence("notebooks/data/baselines/x.ipynb") and not is_evidence("data/results/x")
+
+
+def test_the_lab_command_serves_the_root_with_that_manager_and_root_needs_allow_root(tmp_path):
+    command = lab_command(tmp_path, port=8890, token="t", root_user=True)
+    assert f"--ServerApp.root_dir={tmp_path.resolve()}" in command and "--allow-root" in command
+    assert "--ServerApp.contents_manager_class=labkit.present.lab.EvidenceContentsManager" in command
+    assert "--allow-root" not in lab_command(tmp_path)
