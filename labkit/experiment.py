@@ -33,6 +33,12 @@ from labkit.store import ExperimentStore, Results, check_name, load, spec_hash
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
 
 
+def _shared_knobs(knob_sets: list[dict]) -> dict:
+    """The knobs every arm sets to the same value."""
+    first, *rest = knob_sets
+    return {k: v for k, v in first.items() if all(k in other and other[k] == v for other in rest)}
+
+
 def launch_overrides() -> dict:
     """Knobs the settings force onto every arm (`labkit suite --override`, handed to each notebook kernel):
     one deliberate change, tried across every experiment."""
@@ -158,9 +164,13 @@ class Experiment:
         runnable = {arm: {"model": ref.model, **self._engine_args(plan, ref)} for arm, plan in plans.items()
                     if plan.not_applicable is None}
         resolved = self._implied(runnable) if defaults and runnable else {}
+        shared = _shared_knobs([plan.knobs for plan in plans.values()]) if len(plans) > 1 else {}
         rows = []
         for arm, plan in plans.items():
-            row = {"arm": arm, "context": self.context, "knobs": plan.knobs,
+            # what sets the arm apart comes first: a wide knobs cell is cut in the display, often at that very knob
+            own = ", ".join(f"{k}={v}" for k, v in plan.knobs.items() if k not in shared)
+            row = {"arm": arm, "differs_by": own or ("the shared knobs only" if plan.knobs else "vLLM's defaults"),
+                   "context": self.context, "knobs": plan.knobs,
                    "launch": launch_command(self.context, ref.model, runnable[arm]) if arm in runnable else None}
             found = resolved.get(arm, {})
             for key in IMPLIED if defaults else ():

@@ -164,3 +164,18 @@ def test_vllms_resolution_is_computed_once_per_machine_and_arguments(tmp_path, m
     for _ in range(2):
         experiment(tmp_path / "other").plan_table()
     assert calls.count("x") == 2
+
+
+def test_the_plan_table_leads_with_the_knobs_that_set_each_arm_apart(tmp_path):
+    """A knobs cell is cut in the display, often at the knob that differs: that knob gets its own column."""
+    pool = {"kv_cache_memory_bytes": 2**30, "max_model_len": 640}
+    arms = {"max_num_seqs=8": {**pool, "max_num_seqs": 8}, "max_num_seqs=64": {**pool, "max_num_seqs": 64},
+            "pool_only": pool, "default": {}}
+    table = experiment(tmp_path, arms=arms).plan_table(defaults=False)
+    assert list(table.columns[:2]) == ["arm", "differs_by"]
+    assert dict(zip(table.arm, table.differs_by)) == {
+        "max_num_seqs=8": "kv_cache_memory_bytes=1073741824, max_model_len=640, max_num_seqs=8",
+        "max_num_seqs=64": "kv_cache_memory_bytes=1073741824, max_model_len=640, max_num_seqs=64",
+        "pool_only": "kv_cache_memory_bytes=1073741824, max_model_len=640", "default": "vLLM's defaults"}
+    shared = experiment(tmp_path / "b", arms={k: v for k, v in arms.items() if k != "default"}).plan_table(False)
+    assert list(shared.differs_by) == ["max_num_seqs=8", "max_num_seqs=64", "the shared knobs only"]
