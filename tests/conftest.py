@@ -12,12 +12,17 @@ def _has_vllm() -> bool:
 def pytest_collection_modifyitems(config, items):
     skip_engine = pytest.mark.skip(reason="vLLM is not installed here (run `make test`, which installs it)")
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run through the device tool)")
+    skip_browser = pytest.mark.skip(reason="needs Debian's chromium and chromium-driver (`make test` installs them "
+                                    "where it runs as root)")
     has_vllm, has_gpu = _has_vllm(), shutil.which("nvidia-smi") is not None
-    if os.environ.get("LABKIT_REQUIRE_ENGINE") == "1":  # CI: a missing engine is a failure, not a skip
-        has_vllm = True
+    has_browser = all(map(shutil.which, ("chromium", "chromedriver")))
+    if os.environ.get("LABKIT_REQUIRE_ENGINE") == "1":  # CI: a missing engine or browser is a failure, not a skip
+        has_vllm = has_browser = True
     for item in items:
         path = str(item.fspath)
-        if f"{os.sep}gpu{os.sep}" in path and not has_gpu:
+        if f"{os.sep}browser{os.sep}" in path and not (has_browser and has_vllm):  # its quickstart runs an engine
+            item.add_marker(skip_browser if not has_browser else skip_engine)
+        elif f"{os.sep}gpu{os.sep}" in path and not has_gpu:
             item.add_marker(skip_gpu)
         elif (f"{os.sep}engine{os.sep}" in path or f"{os.sep}notebooks{os.sep}" in path) and not has_vllm:
             item.add_marker(skip_engine)

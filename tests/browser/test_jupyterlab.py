@@ -1,0 +1,236 @@
+"""The lab as its users meet it: JupyterLab (started as `labkit lab` starts it) driven by a real headless
+Chromium through Selenium. The quickstart runs in smoke mode through the Run menu on the real CPU engine with no
+error output; the explorer's metric is changed in its widget and what it shows changes; a committed evidence
+notebook left open past several autosave intervals is byte for byte what was committed. A screenshot of each
+step is kept under data/runs/browser-<UTC>/."""
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit import settings
+from labkit.present.lab import lab_command
+
+ROOT = settings.ROOT
+EVIDENCE = "data/baselines/h200/cuda_graphs.ipynb"
+AUTOSAVE_S = 2  # the lab's autosave interval here (JupyterLab's default is 120 s)
+
+pytestmark = pytest.mark.browser
+
+
+def _with_smoke(source: Path, target: Path) -> None:
+    """The notebook with `smoke = True` in its parameters cell, as a user would set it before Run All."""
+    nb = nbformat.read(source, 4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert "smoke: bool = False" in cell.source, cell.source
+    cell.source = cell.source.replace("smoke: bool = False", "smoke: bool = True")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+
+
+def _user_settings(folder: Path) -> Path:
+    """JupyterLab settings for the test: a short autosave interval (so an autosave would happen while the
+    evidence is open), every cell kept in the page, no news or update checks."""
+    for plugin, values in {"docmanager-extension/plugin": {"autosave": True, "autosaveInterval": AUTOSAVE_S},
+                           "notebook-extension/tracker": {"windowingMode": "none"},
+                           "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False}
+                           }.items():
+        path = folder / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on a copy of the lab's root: the two notebooks set to smoke, one evidence notebook as committed."""
+    tmp = tmp_path_factory.mktemp("browser")
+    root = tmp / "lab"
+    _with_smoke(ROOT / "notebooks" / "00_quickstart.ipynb", root / "notebooks" / "00_quickstart.ipynb")
+    _with_smoke(ROOT / "notebooks" / "explore.ipynb", root / "notebooks" / "explore.ipynb")
+    (root / EVIDENCE).parent.mkdir(parents=True)
+    shutil.copyfile(ROOT / EVIDENCE, root / EVIDENCE)
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('seen')")],
+                                            metadata=kernel), root / "notebooks" / "fails.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "LABKIT_RESULTS_DIR": str(tmp / "results"), "LABKIT_JOURNAL": str(tmp / "journal.jsonl")}
+    log = open(tmp / "jupyterlab.log", "w")
+    server = subprocess.Popen(lab_command(root, port=port, token=token, settings_dir=_user_settings(tmp / "settings"),
+                                          root_user=os.geteuid() == 0)
+                              + ["--no-browser", "--LabApp.expose_app_in_browser=True"],  # its model, read below
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, (tmp / "jupyterlab.log").read_text()[-3000:]
+                time.sleep(0.5)
+        yield {"url": url, "token": token, "root": root, "log": tmp / "jupyterlab.log"}
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and the kernels it started
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or shutil.which("chromium-browser")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1500,1100"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver.set_script_timeout(30)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots():
+    folder = settings.current().runs_dir / f"browser-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    folder.mkdir(parents=True, exist_ok=True)
+    count = iter(range(1, 100))
+    return lambda driver, name: driver.save_screenshot(str(folder / f"{next(count):02d}-{name}.png"))
+
+
+def wait_for(condition, timeout_s: float, what: str, driver=None):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    page = ""
+    if driver:
+        driver.save_screenshot(str(settings.current().runs_dir / "browser-failure.png"))
+        page = driver.find_element("css selector", "body").text[-2000:]
+    raise AssertionError(f"not within {timeout_s} s: {what}\n{page}")
+
+
+def open_notebook(driver, lab, path: str) -> None:
+    driver.get(f"{lab['url']}/lab/tree/{path}?token={lab['token']}")
+    wait_for(lambda: driver.execute_script(
+        "return document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell').length"), 90,
+        f"{path} shown", driver)
+    wait_for(lambda: driver.execute_script(  # the kernel started and idle: the toolbar's status says so
+        "const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');"
+        "return s && s.getAttribute('data-status') === 'idle'"), 90, f"{path}'s kernel idle", driver)
+    dialogs = [d.text for d in driver.find_elements("css selector", ".jp-Dialog")]
+    assert not dialogs, f"a dialog opened with {path}: {dialogs}"
+
+
+def run_all_from_the_menu(driver) -> None:
+    menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
+    menu.click()
+    items = lambda: [i for i in driver.find_elements("css selector", ".lm-Menu-item")
+                     if i.text.strip().startswith("Run All Cells")]
+    wait_for(items, 10, "the Run menu open", driver)[0].click()
+
+
+def wait_until_every_cell_ran(driver, timeout_s: float) -> None:
+    """Until every code cell has an execution count and the kernel is idle; an error output ends the wait (Run
+    All stops at it), and the caller's check of errors_shown then says which."""
+    state = lambda: driver.execute_script(
+        "const p = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];"
+        "const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');"
+        "return [s.getAttribute('data-status'), p.map(x => x.textContent.trim())]")
+    done = lambda status, prompts: status == "idle" and prompts and (
+        all(re.fullmatch(r"\[\d+\]:", p) for p in prompts) or errors_shown(driver))
+    try:
+        wait_for(lambda: done(*state()), timeout_s, "every cell executed", driver)
+    except AssertionError:
+        raise AssertionError(f"cells not done within {timeout_s} s: kernel and prompts {state()}")
+
+
+def errors_shown(driver) -> list[str]:
+    """The error outputs of the notebook in view, from JupyterLab's own model of it (on the page, an error and a
+    warning on stderr are drawn alike)."""
+    return driver.execute_script("""
+        const cells = window.jupyterapp.shell.currentWidget.content.model.cells, found = [];
+        for (let i = 0; i < cells.length; i++) {
+          const outputs = cells.get(i).outputs;
+          for (let j = 0; outputs && j < outputs.length; j++) {
+            const o = outputs.get(j).toJSON();
+            if (o.output_type === "error") found.push(`${o.ename}: ${o.evalue}`);
+          }
+        }
+        return found;""")
+
+
+def test_a_cell_that_raises_is_seen_as_an_error_output(lab, browser, shots):
+    """The error check below can fail: a traceback in a cell is found by it."""
+    open_notebook(browser, lab, "notebooks/fails.ipynb")
+    run_all_from_the_menu(browser)
+    wait_until_every_cell_ran(browser, 60)
+    shots(browser, "a-failing-cell")
+    assert errors_shown(browser) == ["ValueError: seen"]
+
+
+def test_the_quickstart_runs_in_smoke_mode_from_the_run_menu_with_no_error(lab, browser, shots):
+    open_notebook(browser, lab, "notebooks/00_quickstart.ipynb")
+    shots(browser, "quickstart-opened")
+    run_all_from_the_menu(browser)
+    wait_until_every_cell_ran(browser, 600)
+    shots(browser, "quickstart-done")
+    assert errors_shown(browser) == []
+    text = browser.find_element("css selector", ".jp-NotebookPanel:not(.lm-mod-hidden)").text
+    assert "complete in" in text, text[-3000:]  # the plain per-arm line of a finished arm
+
+
+def test_the_explorer_answers_a_moved_widget(lab, browser, shots):
+    from selenium.webdriver.support.ui import Select
+
+    open_notebook(browser, lab, "notebooks/explore.ipynb")
+    run_all_from_the_menu(browser)
+    wait_until_every_cell_ran(browser, 180)
+    assert errors_shown(browser) == []
+    shown = lambda: " ".join(o.text for o in browser.find_elements("css selector", ".widget-output"))
+    metric = wait_for(lambda: [s for s in browser.find_elements("css selector", ".widget-dropdown")
+                               if s.find_element("css selector", "label").text == "metric"], 60,
+                      "the explorer's metric dropdown", browser)[0]
+    choice = Select(metric.find_element("css selector", "select"))
+    first = choice.first_selected_option.text  # the explorer picks the experiment's own headline metric
+    wait_for(lambda: first in shown(), 60, f"the explorer's first table ({first})", browser)
+    shots(browser, "explorer-first-metric")
+    before = shown()
+    moved_to = "ttft_p50_ms" if first != "ttft_p50_ms" else "output_tok_s"
+    choice.select_by_visible_text(moved_to)
+    wait_for(lambda: moved_to in shown() and shown() != before, 60, f"the table for {moved_to}", browser)
+    shots(browser, "explorer-moved")
+
+
+def test_committed_evidence_left_open_is_not_changed(lab, browser, shots):
+    committed = (ROOT / EVIDENCE).read_bytes()
+    open_notebook(browser, lab, EVIDENCE)
+    time.sleep(5 * AUTOSAVE_S)  # a writable modified document would have been autosaved by now
+    shots(browser, "evidence-open")
+    assert (lab["root"] / EVIDENCE).read_bytes() == committed
+    # the kernel's name and Python version differ from the H200's, so JupyterLab has changed the document in
+    # memory (its tab is marked modified): only its being read-only kept the file as committed
+    assert browser.execute_script("return document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty').length") >= 1
