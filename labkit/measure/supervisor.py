@@ -87,6 +87,9 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
     proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir), os.getpid()),
                        name=f"labkit-arm-{job.arm}")
     in_use = gpu_memory_in_use() if job.platform_kind == "cuda" else {}
+    occupied = occupied_for_multi_gpu(job.engine_args, in_use)
+    if occupied:  # refused before vLLM starts: a multi-GPU start beside another process's memory fails obscurely
+        return ArmOutcome("failed", workdir, cause="gpu_occupied", log_tail=occupied_note(occupied))
     start = time.monotonic()
     proc.start()
     progress_file, seen, timed_out = workdir / "progress.jsonl", 0, False
@@ -137,6 +140,23 @@ def wait_for_gpu_memory(before: dict[str, float], timeout_s: float = 60.0, poll_
         if not held or time.monotonic() - start >= timeout_s:
             return time.monotonic() - start, held
         time.sleep(poll_s)
+
+
+def gpus_needed(engine_args: dict) -> int:
+    """How many GPUs the engine takes: tensor x pipeline x data parallel."""
+    return (engine_args.get("tensor_parallel_size", 1) * engine_args.get("pipeline_parallel_size", 1)
+            * engine_args.get("data_parallel_size", 1))
+
+
+def occupied_for_multi_gpu(engine_args: dict, in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> dict:
+    """For an engine of several GPUs, those of the GPUs it will take (the first visible ones) on which another
+    process already holds memory. Seen on two H200s: after a TP=2 start was cut off, the next TP=2 start
+    failed with CUBLAS_STATUS_INTERNAL_ERROR on rank 1; such an arm is refused with the holder named instead.
+    A one-GPU arm is left to start (a shared GPU only shrinks its KV cache, which its facts record)."""
+    needed = gpus_needed(engine_args)
+    if needed < 2:
+        return {}
+    return {gpu: gib for gpu, gib in list(in_use.items())[:needed] if gib > limit_gib}
 
 
 def held_note(held: dict[str, float]) -> str:

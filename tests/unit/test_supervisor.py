@@ -3,8 +3,9 @@ import signal
 
 import pytest
 
-from labkit.measure.supervisor import (classify_failure, failure_summary, held_note, occupied_note,
-                                      wait_for_gpu_memory)
+from labkit.measure.supervisor import (classify_failure, failure_summary, held_note, occupied_for_multi_gpu,
+                                      occupied_note, run_arm, wait_for_gpu_memory)
+from labkit.measure.worker import ArmJob
 from labkit.spec.launch import filter_engine_args
 
 
@@ -94,3 +95,20 @@ def test_memory_never_freed_is_reported_after_the_timeout():
                                        read=lambda: {"0": 0.5, "1": 71.0})
     assert held == {"1": 71.0} and waited >= 0.05
     assert "GPU 1: 71.0 GiB" in held_note(held) and held_note({}) == ""
+
+
+def test_a_multi_gpu_engine_is_not_started_beside_another_processs_memory():
+    held = {"0": 0.4, "1": 70.0, "2": 60.0}
+    assert occupied_for_multi_gpu({"tensor_parallel_size": 2}, held) == {"1": 70.0}
+    assert occupied_for_multi_gpu({"data_parallel_size": 2, "tensor_parallel_size": 1}, {"0": 0.4, "1": 0.6}) == {}
+    assert occupied_for_multi_gpu({}, held) == {}  # one GPU: left to start, its KV cache shows the cost
+    assert occupied_for_multi_gpu({"tensor_parallel_size": 2}, {"0": 0.4, "1": 0.3, "2": 60.0}) == {}  # not its GPUs
+
+
+def test_run_arm_records_an_occupied_gpu_as_the_cause_before_any_process_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr("labkit.measure.supervisor.gpu_memory_in_use", lambda: {"0": 0.4, "1": 70.0})
+    job = ArmJob("tp2", {"model": "m", "tensor_parallel_size": 2}, {}, {}, 256, "cuda")
+    outcome = run_arm(job, tmp_path / "arm", timeout_s=5)
+    assert outcome.status == "failed" and outcome.cause == "gpu_occupied"
+    assert "GPU 1: 70.0 GiB" in outcome.log_tail and "nvidia-smi" in outcome.log_tail
+    assert not (tmp_path / "arm" / "engine.log").exists()  # no worker, no engine
