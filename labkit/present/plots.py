@@ -15,12 +15,14 @@ import seaborn as sns
 from labkit.analyze.stats import METRICS, metric, summarize
 from labkit.errors import BadParameter
 
+WIDTH_IN = 10.0  # a JupyterLab notebook's output width at matplotlib's 100 dpi: every figure uses all of it
+
 
 def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFrame | None = None):
     """One panel per metric: each arm's value with its 95 % confidence interval."""
     summary = summary if summary is not None else summarize(results, metrics)
     names = list(dict.fromkeys(summary.metric))
-    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(WIDTH_IN, 3.6), squeeze=False)
     palette = sns.color_palette("colorblind", summary.arm.nunique())
     for ax, name in zip(axes[0], names):
         part = summary[summary.metric == name]
@@ -39,7 +41,7 @@ def latency_cdf(results, column: str = "ttft_ms"):
     latencies = [c for c in results.requests.columns if c.endswith("_ms")]
     if column not in latencies:
         raise BadParameter(f"no per-request latency {column!r}; the results hold {latencies}")
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.8))
     for arm in results.complete_arms:
         frame = results.requests[results.requests.arm == arm]
         values = (np.concatenate([np.asarray(v, float) for v in frame[column]]) if column == "itl_ms"
@@ -63,7 +65,7 @@ def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
         part = summarize(results.select(load), [metric_name])
         rows.append(part.assign(load=load))
     frame = pd.concat(rows)
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.8))
     for arm, part in frame.groupby("arm", sort=False):
         x = [loads.index(load) for load in part.load]
         ax.errorbar(x, part.value, yerr=[part.value - part.ci_low, part.ci_high - part.value], marker="o",
@@ -82,7 +84,7 @@ def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: fl
     preempted = results.trials.groupby("arm").preemptions.sum()
     points = [(str(batch), summary.loc[arm, x], summary.loc[arm, "output_tok_s"], preempted.get(arm, 0) > 0)
               for arm, batch in arms.items() if arm in summary.index]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 4.6))
     for _, px, py, hot in points:
         ax.scatter(px, py, color="tab:red" if hot else "tab:blue", marker="x" if hot else "o")
     span_x = np.ptp([p[1] for p in points]) or 1.0
@@ -113,7 +115,7 @@ def tbt_timeline(results, arm: str, trial: int = 0):
 
     gaps = stream_gaps(results, arm)
     gaps = gaps[gaps.trial == trial]
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.4))
     for w in prefill_windows(results, arm).query("trial == @trial").itertuples():
         ax.axvspan(w.start_s, w.end_s, color="tab:orange", alpha=0.25)
     ax.scatter(gaps.end_s, gaps.gap_ms, s=4, c=np.where(gaps.inside, "tab:red", "tab:blue"))
@@ -127,7 +129,7 @@ def tbt_timeline(results, arm: str, trial: int = 0):
 
 def tradeoff(table: pd.DataFrame, x: str, y: str):
     """One point per arm: what one side gains, the other pays."""
-    fig, ax = plt.subplots(figsize=(5, 3.4))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.8))
     ax.scatter(table[x], table[y])
     for row in table.itertuples():
         ax.annotate(row.arm, (getattr(row, x), getattr(row, y)), fontsize=8, xytext=(4, 2), textcoords="offset points")
@@ -142,7 +144,7 @@ def by_load(table: pd.DataFrame, x: str, metrics: list[str], labels: dict[str, s
             logx: bool = False):
     """One panel per metric against the quantity `x` the loads differ in (from `stats.by_load`), with 95 %
     intervals; `floors` draws a physical floor under a metric, `marks` a vertical line (position, label)."""
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(WIDTH_IN, 3.6), squeeze=False)
     for ax, name in zip(axes[0], metrics):
         ax.errorbar(table[x], table[name], yerr=[table[name] - table[f"{name}_low"], table[f"{name}_high"] - table[name]],
                     marker="o", capsize=3, label="measured")
@@ -164,7 +166,7 @@ def waterfall(path: pd.DataFrame, metric_name: str):
     """The diagnosis path as a waterfall: totals as full bars (the current and the recommended launch), each
     change as a floating bar from the running value, green where it lowers a lower-is-better metric."""
     lower_is_better = metric(metric_name).lower_is_better
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(path)), 3.4))
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.8))
     running = 0.0
     for i, row in enumerate(path.itertuples()):
         if row.kind == "total":
