@@ -24,6 +24,9 @@ from labkit.present.lab import lab_command
 
 ROOT = settings.ROOT
 EVIDENCE = "data/baselines/h200/cuda_graphs.ipynb"
+# JupyterLab hides the other tabs by scaling them to nothing, not with a class: the notebook in view is the
+# shell's current widget
+IN_VIEW = "window.jupyterapp.shell.currentWidget.node"
 AUTOSAVE_S = 2  # the lab's autosave interval here (JupyterLab's default is 120 s)
 
 pytestmark = pytest.mark.browser
@@ -75,7 +78,9 @@ def lab(tmp_path_factory):
     log = open(tmp / "jupyterlab.log", "w")
     server = subprocess.Popen(lab_command(root, port=port, token=token, settings_dir=_user_settings(tmp / "settings"),
                                           root_user=os.geteuid() == 0)
-                              + ["--no-browser", "--LabApp.expose_app_in_browser=True"],  # its model, read below
+                              + ["--no-browser", "--LabApp.expose_app_in_browser=True",  # its model, read below
+                                 # a workspace of its own: JupyterLab would reopen the tabs of any earlier lab
+                                 f"--LabApp.workspaces_dir={tmp / 'workspaces'}"],
                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -135,17 +140,21 @@ def wait_for(condition, timeout_s: float, what: str, driver=None):
 
 def open_notebook(driver, lab, path: str) -> None:
     driver.get(f"{lab['url']}/lab/tree/{path}?token={lab['token']}")
-    wait_for(lambda: driver.execute_script(
-        "return document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell').length"), 90,
-        f"{path} shown", driver)
+    wait_for(lambda: driver.execute_script(  # the app is up and the notebook in view is this one
+        "const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+        "return w && w.context && w.context.path === arguments[0] && w.node.querySelectorAll('.jp-CodeCell').length",
+        path), 90, f"{path} shown", driver)
     wait_for(lambda: driver.execute_script(  # the kernel started and idle: the toolbar's status says so
-        "const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');"
+        f"const s = {IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator');"
         "return s && s.getAttribute('data-status') === 'idle'"), 90, f"{path}'s kernel idle", driver)
     dialogs = [d.text for d in driver.find_elements("css selector", ".jp-Dialog")]
     assert not dialogs, f"a dialog opened with {path}: {dialogs}"
 
 
 def run_all_from_the_menu(driver) -> None:
+    # the Run menu acts on the notebook last activated, which may be a tab the workspace restored beside this
+    # one: a click into the first code cell of the notebook in view makes it the active one, as a user's would
+    driver.execute_script(f"return {IN_VIEW}").find_element("css selector", ".jp-CodeCell .jp-InputArea-editor").click()
     menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
     menu.click()
     items = lambda: [i for i in driver.find_elements("css selector", ".lm-Menu-item")
@@ -157,9 +166,9 @@ def wait_until_every_cell_ran(driver, timeout_s: float) -> None:
     """Until every code cell has an execution count and the kernel is idle; an error output ends the wait (Run
     All stops at it), and the caller's check of errors_shown then says which."""
     state = lambda: driver.execute_script(
-        "const p = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];"
-        "const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');"
-        "return [s.getAttribute('data-status'), p.map(x => x.textContent.trim())]")
+        f"const p = [...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];"
+        f"const s = {IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator');"
+        "return [s && s.getAttribute('data-status'), p.map(x => x.textContent.trim())]")
     done = lambda status, prompts: status == "idle" and prompts and (
         all(re.fullmatch(r"\[\d+\]:", p) for p in prompts) or errors_shown(driver))
     try:
@@ -199,7 +208,7 @@ def test_the_quickstart_runs_in_smoke_mode_from_the_run_menu_with_no_error(lab, 
     wait_until_every_cell_ran(browser, 600)
     shots(browser, "quickstart-done")
     assert errors_shown(browser) == []
-    text = browser.find_element("css selector", ".jp-NotebookPanel:not(.lm-mod-hidden)").text
+    text = browser.execute_script(f"return {IN_VIEW}").text
     assert "complete in" in text, text[-3000:]  # the plain per-arm line of a finished arm
 
 
@@ -233,4 +242,4 @@ def test_committed_evidence_left_open_is_not_changed(lab, browser, shots):
     assert (lab["root"] / EVIDENCE).read_bytes() == committed
     # the kernel's name and Python version differ from the H200's, so JupyterLab has changed the document in
     # memory (its tab is marked modified): only its being read-only kept the file as committed
-    assert browser.execute_script("return document.querySelectorAll('.lm-TabBar-tab.jp-mod-dirty').length") >= 1
+    assert browser.execute_script("return window.jupyterapp.shell.currentWidget.context.model.dirty") is True
