@@ -153,8 +153,8 @@ def open_notebook(driver, lab, path: str) -> None:
 
 def run_all_from_the_menu(driver) -> None:
     # the Run menu acts on the notebook last activated, which may be a tab the workspace restored beside this
-    # one: a click into the first code cell of the notebook in view makes it the active one, as a user's would
-    driver.execute_script(f"return {IN_VIEW}").find_element("css selector", ".jp-CodeCell .jp-InputArea-editor").click()
+    # one: the notebook in view is made the active one, as a click on its tab would
+    driver.execute_script("const shell = window.jupyterapp.shell; shell.activateById(shell.currentWidget.id)")
     menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
     menu.click()
     items = lambda: [i for i in driver.find_elements("css selector", ".lm-Menu-item")
