@@ -19,6 +19,7 @@ from pathlib import Path
 
 from labkit.measure.gpu import gpu_memory_in_use
 from labkit.measure.worker import ArmJob, worker_main
+from labkit.spec.knobs import gpus_needed
 
 LOG_TAIL_LINES = 40
 OCCUPIED_GIB = 1.0  # more than a CUDA context's worth in use before an engine starts: another process holds it
@@ -140,12 +141,6 @@ def wait_for_gpu_memory(before: dict[str, float], timeout_s: float = 60.0, poll_
         if not held or time.monotonic() - start >= timeout_s:
             return time.monotonic() - start, held
         time.sleep(poll_s)
-
-
-def gpus_needed(engine_args: dict) -> int:
-    """How many GPUs the engine takes: tensor x pipeline x data parallel."""
-    return (engine_args.get("tensor_parallel_size", 1) * engine_args.get("pipeline_parallel_size", 1)
-            * engine_args.get("data_parallel_size", 1))
 
 
 def occupied_for_multi_gpu(engine_args: dict, in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> dict:

@@ -99,10 +99,17 @@ def _data_parallel_args(value, platform: Platform) -> dict:
     return {"data_parallel_size": value}
 
 
+def gpus_needed(settings: dict) -> int:
+    """How many GPUs an engine of these knobs (or engine arguments, which share the names) takes: every
+    data-parallel replica holds its own tensor x pipeline parallel group."""
+    return (settings.get("tensor_parallel_size", 1) * settings.get("pipeline_parallel_size", 1)
+            * settings.get("data_parallel_size", 1))
+
+
 def _gpus_needed(knobs: dict, platform: Platform) -> str | None:
-    """Every data-parallel replica holds its own tensor-parallel group: tp x dp GPUs in all."""
+    """Why a tensor- and data-parallel arm does not fit this machine's GPUs, or None."""
     tp, dp = knobs.get("tensor_parallel_size", 1), knobs.get("data_parallel_size", 1)
-    if platform.kind == "cuda" and tp > 1 and dp > 1 and tp * dp > platform.gpu_count:
+    if platform.kind == "cuda" and tp > 1 and dp > 1 and gpus_needed(knobs) > platform.gpu_count:
         return (f"tensor_parallel_size={tp} x data_parallel_size={dp} needs {tp * dp} GPUs; this machine has "
                 f"{platform.gpu_count}")
     return None
