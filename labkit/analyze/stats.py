@@ -265,27 +265,37 @@ def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float =
     return pd.DataFrame(rows)
 
 
-def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
-    """One line: which arm, if any, beats the baseline without losing on any metric."""
+def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
+    """One row per load (where the record has loads) and compared arm: the metrics it wins and loses on,
+    the advice that follows, any caution about the machine, and the same as one sentence."""
     others = record.dropna(subset=["verdict"]) if "verdict" in record else record.iloc[0:0]
-    if others.empty:
-        return f"only {baseline_arm!r} was measured: nothing to compare"
-    lines = []
-    for arm, part in others.groupby("arm", sort=False):
+    keys = ["load", "arm"] if "load" in others else ["arm"]
+    rows = []
+    for key, part in others.groupby(keys, sort=False):
+        arm = key[-1] if isinstance(key, tuple) else key
         better = sorted(set(part.loc[part.verdict == "better", "metric"]))
         worse = sorted(set(part.loc[part.verdict == "worse", "metric"]))
         if better and not worse:
-            lines.append(f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing: consider it")
+            advice, sentence = "consider it", f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing"
         elif worse and not better:
-            lines.append(f"{arm} is worse on {', '.join(worse)}: keep {baseline_arm}")
+            advice, sentence = f"keep {baseline_arm}", f"{arm} is worse on {', '.join(worse)}"
         elif better:
-            lines.append(f"{arm} trades {', '.join(worse)} for {', '.join(better)}: choose by your SLO")
+            advice, sentence = "choose by your SLO", f"{arm} trades {', '.join(worse)} for {', '.join(better)}"
         else:
-            lines.append(f"{arm}: no detectable difference from {baseline_arm} at this noise: keep {baseline_arm}")
-        notes = part.caution.dropna().unique() if "caution" in part else []
-        if len(notes):
-            lines[-1] += f" (caution, the machine moved too: {'; '.join(notes)})"
-    return "; ".join(lines)
+            advice, sentence = f"keep {baseline_arm}", f"{arm}: no detectable difference from {baseline_arm} at this noise"
+        notes = "; ".join(part.caution.dropna().unique()) if "caution" in part else ""
+        sentence += f": {advice}" + (f" (caution, the machine moved too: {notes})" if notes else "")
+        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "better on": ", ".join(better),
+                     "worse on": ", ".join(worse), "advice": advice, "caution": notes, "sentence": sentence})
+    return pd.DataFrame(rows, columns=keys + ["better on", "worse on", "advice", "caution", "sentence"])
+
+
+def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
+    """One line: which arm, if any, beats the baseline without losing on any metric."""
+    outcomes = arm_outcomes(record, baseline_arm)
+    if outcomes.empty:
+        return f"only {baseline_arm!r} was measured: nothing to compare"
+    return "; ".join(outcomes.sentence)
 
 
 def stepwise_contributions(results, metric_name: str, path: list[str]) -> pd.DataFrame:

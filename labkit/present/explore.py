@@ -19,14 +19,10 @@ from labkit import settings
 from labkit.analyze import slo, stats
 from labkit.errors import BadParameter
 from labkit.present import plots
-from labkit.present.tables import cell
+from labkit.present.tables import cell, coloured
 from labkit.store import Results, load
 
 NONE = "(none)"
-_VERDICT_COLOURS = {"better": "background-color: #c8e6c9", "worse": "background-color: #ffcdd2",
-                    "no detectable difference": "color: #616161"}
-
-
 def result_roots() -> dict[str, Path]:
     """Folders of stored results by label: this checkout's, then every committed baseline's (by hardware)."""
     current = settings.current()
@@ -67,7 +63,7 @@ def values_table(results: Results, metric_name: str, reference: str) -> pd.DataF
 
 def styled(table: pd.DataFrame):
     """The values table with its verdicts coloured (pandas Styler), without the index."""
-    return table.style.map(lambda v: _VERDICT_COLOURS.get(v, ""), subset=["verdict"]).hide(axis="index")
+    return coloured(table, "verdict")
 
 
 def triangle_arms(results: Results) -> dict[str, int]:

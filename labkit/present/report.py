@@ -45,8 +45,8 @@ def _verdict_table(comparison: pd.DataFrame) -> str:
 def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_diff: pd.DataFrame | None = None,
                  statuses: list[dict] | None = None, path: str | Path | None = None) -> Path:
     """The path of the suite run's HTML report (RUN/report.html unless `path` is given): overrides, verdicts
-    against the baseline, notebook statuses, environment changes, and each experiment's plots and conclusion."""
-    from labkit.present import plots
+    against the baseline, notebook statuses, environment changes, and each experiment's plots and conclusions."""
+    from labkit.present import plots, tables
     from labkit.analyze import stats
 
     run = Path(run)
@@ -80,7 +80,7 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
         for load_name, part in results.per_load():
             parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
             parts.append(_figure(plots.arm_comparison(part, stats.VERDICT_METRICS)))
-            parts.append(f"<p><b>Conclusion:</b> {html.escape(stats.conclusion(record[record.load == load_name], baseline_arm))}</p>")
+        parts.append("<h3>Conclusions</h3>" + tables.conclusions(record, baseline_arm).to_html())
     parts.append("</body></html>")
     path = Path(path or run / "report.html")
     path.write_text("\n".join(parts))

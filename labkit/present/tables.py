@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from labkit.analyze import stats
+
 
 def cell(value: float, low: float, high: float) -> str:
     """'value [low, high]', four significant digits each."""
@@ -31,3 +33,22 @@ def record_table(record: pd.DataFrame) -> pd.DataFrame:
                                          f"{change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}] {r.verdict}")
         rows.append(row)
     return pd.DataFrame(rows).set_index(["load", "arm"])
+
+
+ADVICE_COLOURS = {"better": "background-color: #c8e6c9", "worse": "background-color: #ffcdd2",
+                  "no detectable difference": "color: #616161", "consider it": "background-color: #c8e6c9",
+                  "choose by your SLO": "background-color: #fff9c4"}
+
+
+def coloured(table: pd.DataFrame, column: str):
+    """The table with `column` coloured by verdict or advice (pandas Styler), without the index."""
+    return table.style.map(lambda v: ADVICE_COLOURS.get(v, ""), subset=[column]).hide(axis="index")
+
+
+def conclusions(record: pd.DataFrame, baseline_arm: str):
+    """The record's conclusions as a table: one row per load and compared arm, the metrics it wins and
+    loses on against the baseline and the advice, coloured; a caution column only where the machine moved."""
+    table = stats.arm_outcomes(record, baseline_arm).drop(columns="sentence")
+    if not table.caution.any():
+        table = table.drop(columns="caution")
+    return coloured(table, "advice")

@@ -24,3 +24,24 @@ def test_a_long_record_becomes_one_row_per_load_and_arm():
     assert list(table.index) == [("c8", "default"), ("c8", "eager")]
     assert table.loc[("c8", "eager"), "tpot_p50_ms change"] == "+220.0% [+200.0%, +240.0%] worse"
     assert table.loc[("c8", "default"), "tpot_p50_ms change"] == "reference"
+
+
+def test_conclusions_are_one_row_per_load_and_arm_with_the_advice_coloured():
+    from labkit.analyze.stats import conclusion
+    from labkit.present.tables import conclusions
+    rows = [("c1", "eager", "tpot_p50_ms", "worse"), ("c1", "eager", "output_tok_s", "worse"),
+            ("c1", "narrow", "tpot_p50_ms", "no detectable difference"),
+            ("c64", "eager", "tpot_p50_ms", "better"), ("c64", "eager", "ttft_p99_ms", "worse"),
+            ("c64", "narrow", "output_tok_s", "better")]
+    record = pd.DataFrame([{"load": "c1", "arm": "default", "metric": "tpot_p50_ms", "verdict": None}]
+                          + [dict(zip(("load", "arm", "metric", "verdict"), r)) for r in rows])
+    styler = conclusions(record, "default")
+    table = styler.data
+    assert list(zip(table.load, table.arm)) == [("c1", "eager"), ("c1", "narrow"), ("c64", "eager"), ("c64", "narrow")]
+    assert list(table.advice) == ["keep default", "keep default", "choose by your SLO", "consider it"]
+    assert table.iloc[0]["worse on"] == "output_tok_s, tpot_p50_ms" and table.iloc[2]["better on"] == "tpot_p50_ms"
+    assert "caution" not in table  # no machine moved: no empty column
+    assert "#c8e6c9" in styler.to_html()  # "consider it" is coloured
+    one_load = record[record.load == "c64"]
+    assert conclusion(one_load, "default") == ("eager trades ttft_p99_ms for tpot_p50_ms: choose by your SLO; "
+                                               "narrow beats default on output_tok_s and loses on nothing: consider it")
