@@ -23,6 +23,7 @@ from labkit.experiment import Experiment
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
 from labkit.spec.protocol import Protocol
 from labkit.spec.serve_command import Launch, parse_serve
@@ -91,7 +92,11 @@ class Diagnosis:
     outcome: str
 
     def recommended_command(self) -> str:
-        return launch_command("serve", self.launch.model, {**self.recommended, **self.launch.unmodelled})
+        """The recommended launch as a `vllm serve` line: its knobs in vLLM's own flags (cuda_graphs=False is
+        a compilation config, custom_all_reduce=False is --disable-custom-all-reduce), then what the lab kept
+        but does not model, after the arm's own environment variables."""
+        args, variables = serve_args(self.recommended)
+        return launch_command("serve", self.launch.model, {**args, **self.launch.unmodelled}, variables)
 
     def journal_entries(self) -> list[dict]:
         """One entry per step (change -> metric -> conclusion), as the lab's journal keeps them."""

@@ -149,7 +149,8 @@ class Experiment:
         (all but the model path), workloads and protocol."""
         args = {k: v for k, v in self._engine_args(plan, ref).items() if k != "model"}
         return {"model": self.model, "shape": ref.to_dict()["shape"], "context": self.context, "knobs": plan.knobs,
-                "engine_args": args, "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__}
+                "engine_args": args, **({"variables": plan.variables} if plan.variables else {}),
+                "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__}
 
     def _workload_dicts(self) -> dict:
         return {name: w.to_dict() for name, w in self.loads.items()}
@@ -171,7 +172,8 @@ class Experiment:
             own = ", ".join(f"{k}={v}" for k, v in plan.knobs.items() if k not in shared)
             row = {"arm": arm, "differs_by": own or ("the shared knobs only" if plan.knobs else "vLLM's defaults"),
                    "context": self.context, "knobs": plan.knobs,
-                   "launch": launch_command(self.context, ref.model, runnable[arm]) if arm in runnable else None}
+                   "launch": (launch_command(self.context, ref.model, runnable[arm], plan.variables)
+                              if arm in runnable else None)}
             found = resolved.get(arm, {})
             for key in IMPLIED if defaults else ():
                 value = found.get(key, found.get("error"))
@@ -241,7 +243,8 @@ class Experiment:
         from tqdm.auto import tqdm
 
         job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
-                     self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind, self.context)
+                     self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind, self.context,
+                     arm_variables=spec.get("variables", {}))
         trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
                       disable=not progress)
 

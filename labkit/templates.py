@@ -15,6 +15,7 @@ import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
 
 
@@ -71,7 +72,8 @@ class Template:
 
     def serve_command(self, model: str) -> str:
         """The whole template, unmeasurable settings included, as the `vllm serve` line a team would deploy."""
-        return launch_command("serve", model, {s.knob: s.value for s in self.settings})
+        args, variables = serve_args({s.knob: s.value for s in self.settings})
+        return launch_command("serve", model, args, variables)
 
 
 def _hopper(hw: Hardware, weights_gib: float) -> tuple[Setting, ...]:

@@ -38,8 +38,10 @@ def effective_config(results, arm: str) -> pd.DataFrame:
             for k, v in facts.items() if k not in ("status", "cause", "arm")]
     rows += [{"setting": f"asked: {k}", "value": json.dumps(v), "source": "engine argument"}
              for k, v in spec["engine_args"].items()]
-    env = results.environment.get(arm, {}).get("tuning_variables", {})
-    rows += [{"setting": k, "value": v, "source": "environment"} for k, v in env.items()]
+    env = results.environment.get(arm, {})
+    own = set(env.get("arm_variables", []))
+    rows += [{"setting": k, "value": v, "source": "this arm's environment knob" if k in own else "environment"}
+             for k, v in env.get("tuning_variables", {}).items()]
     return pd.DataFrame(rows)
 
 
@@ -63,8 +65,9 @@ def flags(results, arm: str) -> list[str]:
     for name, value in sorted(env.get("tuning_variables", {}).items()):
         if name.endswith("_VERSION"):  # set by the image to describe itself, not a tuning choice
             continue
-        out.append(f"environment variable {name}={value} is set: it changes vLLM's behaviour outside the "
-                   "engine arguments")
+        who = "by this arm's environment knob" if name in env.get("arm_variables", []) else ""
+        out.append(f"environment variable {name}={value} is set{' ' + who if who else ''}: it changes vLLM's "
+                   "behaviour outside the engine arguments")
     return out
 
 

@@ -34,6 +34,8 @@ def scope_note(plan: pd.DataFrame, split: str = "tp2", replicas: str = "dp2") ->
         lost.append("the 15 % rule (TP=1 against TP=2)")
     if {split, replicas} & set(skipped.arm):
         lost.append("replicas against the split model (output per GPU)")
+    if ({split} | set(COMMUNICATION_ARMS)) & set(skipped.arm) and set(COMMUNICATION_ARMS) & set(plan.arm):
+        lost.append("the communication settings (NCCL's P2P path, vLLM's custom all-reduce)")
     return (f"runs here: {running}. Not applicable here:\n{reasons}\nReported as not measurable on this machine: "
             f"{'; '.join(lost) or 'nothing'}. Two GPUs, one per rank or replica, measure all of it.")
 
@@ -172,8 +174,43 @@ def communication_variables(results) -> pd.DataFrame:
     """The NCCL_* variables each measured arm ran with, and who set them."""
     rows = []
     for arm, env in results.environment.items():
+        own = set(env.get("arm_variables", []))
         for source, who in (("tuning_variables", "user or the lab, before vLLM"), ("set_by_vllm", "vLLM")):
             for name, value in sorted(env.get(source, {}).items()):
                 if name.startswith("NCCL_"):
-                    rows.append({"arm": arm, "variable": name, "value": value, "set_by": who})
+                    rows.append({"arm": arm, "variable": name, "value": value,
+                                 "set_by": "this arm's environment knob" if name in own else who})
     return pd.DataFrame(rows, columns=["arm", "variable", "value", "set_by"])
+
+
+# the communication settings of a TP=2 engine, each one change from the split arm: name -> (knobs, what changes)
+COMMUNICATION_ARMS = {
+    "tp2_p2p_off": ({"tensor_parallel_size": 2, "environment": {"NCCL_P2P_DISABLE": "1"}},
+                    "NCCL's peer-to-peer path off (NCCL_P2P_DISABLE=1): all-reduce traffic leaves NVLink, as on a "
+                    "PCIe-only pair"),
+    "tp2_custom_all_reduce_off": ({"tensor_parallel_size": 2, "custom_all_reduce": False},
+                                  "vLLM's custom all-reduce off: NCCL's all-reduce at every step"),
+}
+
+
+def communication_arms() -> dict[str, dict]:
+    """The communication arms' knobs, to add to a parallelism experiment beside its split arm."""
+    return {arm: dict(knobs) for arm, (knobs, _) in COMMUNICATION_ARMS.items()}
+
+
+def communication_settings(results, split: str = "tp2", metric: str = "tpot_p50_ms") -> pd.DataFrame:
+    """One row per communication arm on one single-request load (pass `results.select(load)`): what it
+    changes against the split arm, the change of `metric` with its 95 % CI and the verdict, or why it is not
+    measurable here."""
+    rows = []
+    for arm, (_, change) in COMMUNICATION_ARMS.items():
+        row = {"arm": arm, "change": change}
+        missing = [(a, *_status(results, a)) for a in (split, arm) if _status(results, a)[0] != "complete"]
+        if missing:
+            a, status, cause = missing[0]
+            row.update(verdict=NOT_MEASURABLE, why=f"arm {a!r} is {status}" + (f": {cause}" if cause else ""))
+        else:
+            c = stats.compare(results, split, arm, metric)
+            row.update(verdict=c.verdict, why=c.sentence())
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -30,6 +30,7 @@ class ArmJob:
     platform_kind: str
     context: str = "serve"  # the deployment's usage context (labkit.spec.launch.CONTEXTS)
     user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
+    arm_variables: dict = field(default_factory=dict)  # the arm's `environment` knob: set in this worker only
 
 
 def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
@@ -38,7 +39,9 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
     if parent_pid is not None:
         _end_with_parent(parent_pid)
-    # The user's tuning variables, read before vLLM's import sets its own (the CPU platform sets several).
+    # The arm's own variables go into this process only (the next arm's worker starts without them); then the
+    # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
+    os.environ.update(job.get("arm_variables") or {})
     job["user_variables"] = tuning_variables()
     out = Path(workdir)
     log = open(out / "engine.log", "ab", buffering=0)
@@ -140,6 +143,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
         environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
                                       if k not in job.user_variables}
         environment["tuning_variables"] = job.user_variables
+        environment["arm_variables"] = sorted(job.arm_variables)  # which of them this arm's knob set
         write_json_atomic(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})
     finally:
         try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labkit.errors import BadParameter, NotApplicable
+from labkit.measure.environment import MULTICAST_OFF
 from labkit.measure.platform import Platform, cpu_ranks_problem
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
 
@@ -63,6 +64,7 @@ def _cuda_only(what: str, args: Callable[[Any], dict]) -> Callable[[Any, Platfor
         if platform.kind != "cuda":
             raise NotApplicable(f"{what} needs an NVIDIA GPU; this machine runs vLLM on {platform.kind}")
         return args(value)
+    to_args.flags = args  # the translation alone, for writing a launch down (serve_args)
     return to_args
 
 
@@ -141,6 +143,30 @@ def _kv_cache_dtype_args(value, platform: Platform) -> dict:
     return {"kv_cache_dtype": value}
 
 
+ARM_VARIABLE_PREFIXES = ("NCCL_", "VLLM_")
+
+
+def _arm_variables(value) -> str | None:
+    if not isinstance(value, dict) or not value:
+        return f"must be a non-empty dict of variable name -> text, such as {{'NCCL_P2P_DISABLE': '1'}}, got {value!r}"
+    for name, text in value.items():
+        if not (isinstance(name, str) and name.startswith(ARM_VARIABLE_PREFIXES)) or not isinstance(text, str):
+            return (f"takes {'/'.join(p + '*' for p in ARM_VARIABLE_PREFIXES)} variables with text values, "
+                    f"got {name!r}: {text!r}")
+    for name, off in MULTICAST_OFF.items():
+        if value.get(name, off) != off:
+            return (f"cannot turn NVLink multicast on ({name}={value[name]!r}): the lab keeps it off, since on a "
+                    "shared multi-GPU host it can put the GPUs out of service")
+    return None
+
+
+def _arm_variables_args(value, platform: Platform) -> dict:
+    nccl = sorted(name for name in value if name.startswith("NCCL_"))
+    if nccl and platform.kind != "cuda":
+        raise NotApplicable(f"{', '.join(nccl)} change NCCL, which vLLM on {platform.kind} does not use")
+    return {}  # not engine arguments: plan_arm hands them to the arm's worker (ArmPlan.variables)
+
+
 KNOBS: dict[str, Knob] = {k.name: k for k in [
     # Graphs only, compile kept on: the clean A/B for launch overhead.
     Knob("cuda_graphs", "CUDA graph capture (False: cudagraph_mode NONE, torch.compile kept on)", _boolean,
@@ -175,6 +201,11 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("data_parallel_size", "independent engine replicas, each on its own GPU(s), behind one client",
          _positive_int, _data_parallel_args),
     Knob("dtype", "weight and activation dtype", _one_of(DTYPES), _pass_through("dtype")),
+    Knob("custom_all_reduce", "vLLM's own all-reduce kernel for tensor-parallel groups (False: NCCL's all-reduce "
+         "for every step)", _boolean,
+         _cuda_only("vLLM's custom all-reduce", lambda v: {"disable_custom_all_reduce": not v})),
+    Knob("environment", "NCCL_*/VLLM_* variables set in this arm's worker only, before vLLM starts (e.g. "
+         "NCCL_P2P_DISABLE=1: all-reduce traffic off NVLink)", _arm_variables, _arm_variables_args),
 ]}
 
 
@@ -185,6 +216,7 @@ class ArmPlan:
     knobs: dict
     engine_args: dict = field(default_factory=dict)
     not_applicable: str | None = None
+    variables: dict = field(default_factory=dict)  # NCCL_*/VLLM_* for this arm's worker only
 
 
 def check_knobs(knobs: dict, where: str = "arm") -> None:
@@ -203,6 +235,9 @@ def check_knobs(knobs: dict, where: str = "arm") -> None:
     if knobs.get("enforce_eager") and knobs.get("cuda_graphs") is True:
         raise BadParameter(f"{where}: enforce_eager=True already turns CUDA graphs off; "
                            "drop cuda_graphs=True or enforce_eager=True")
+    if "custom_all_reduce" in knobs and knobs.get("tensor_parallel_size", 1) < 2:
+        raise BadParameter(f"{where}: custom_all_reduce only matters in a tensor-parallel group; set "
+                           "tensor_parallel_size=2 or more, or drop custom_all_reduce")
     if "kv_cache_memory_bytes" in knobs and "gpu_memory_utilization" in knobs:
         raise BadParameter(f"{where}: set kv_cache_memory_bytes or gpu_memory_utilization, not both "
                            "(vLLM ignores the second)")
@@ -211,6 +246,27 @@ def check_knobs(knobs: dict, where: str = "arm") -> None:
             raise BadParameter(f"{where}: without chunked prefill max_num_batched_tokens "
                                f"({knobs['max_num_batched_tokens']}) must be >= max_model_len "
                                f"({knobs['max_model_len']}), or a long prompt can never be scheduled")
+
+
+def serve_args(knobs: dict) -> tuple[dict, dict]:
+    """Knobs as a launch writes them down, on any platform: vLLM's engine arguments (cuda_graphs=False is a
+    compilation config, custom_all_reduce=False is disable_custom_all_reduce) and the environment variables."""
+    args: dict = {}
+    for name, value in knobs.items():
+        if name == "environment":
+            continue
+        flags = getattr(KNOBS[name].to_args, "flags", None) if name in KNOBS else None
+        _merge(args, flags(value) if flags else {name: value})
+    return args, dict(knobs.get("environment", {}))
+
+
+def _merge(engine_args: dict, args: dict) -> None:
+    """Add one knob's engine arguments; nested configs (compilation_config) merge field by field."""
+    for key, val in args.items():
+        if isinstance(val, dict) and isinstance(engine_args.get(key), dict):
+            engine_args[key] = {**engine_args[key], **val}
+        else:
+            engine_args[key] = val
 
 
 def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
@@ -225,12 +281,8 @@ def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
             args = KNOBS[name].to_args(value, platform)
         except NotApplicable as reason:
             return ArmPlan(dict(knobs), {}, f"{name}={value!r}: {reason}")
-        for key, val in args.items():
-            if isinstance(val, dict) and isinstance(engine_args.get(key), dict):
-                engine_args[key] = {**engine_args[key], **val}
-            else:
-                engine_args[key] = val
-    return ArmPlan(dict(knobs), engine_args)
+        _merge(engine_args, args)
+    return ArmPlan(dict(knobs), engine_args, variables=dict(knobs.get("environment", {})))
 
 
 def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[float],

@@ -44,12 +44,14 @@ def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> N
                                "arrival=lk.Burst()")
 
 
-def launch_command(context: str, model: str, engine_args: dict) -> str:
-    """The arm as its user would launch it: a `vllm serve` command line, or the offline `LLM(...)` call."""
+def launch_command(context: str, model: str, engine_args: dict, variables: dict | None = None) -> str:
+    """The arm as its user would launch it: a `vllm serve` command line (after the arm's own environment
+    variables, as a shell sets them for one command), or the offline `LLM(...)` call."""
     args = {k: v for k, v in engine_args.items() if k != "model"}
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in (variables or {}).items()]
     if context == "offline":
         listed = "".join(f", {k}={v!r}" for k, v in args.items())
-        return f"LLM(model={model!r}{listed})"
+        return f"LLM(model={model!r}{listed})" + (f"  # with {' '.join(assignments)}" if assignments else "")
     words = ["vllm", "serve", model]
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
@@ -61,7 +63,7 @@ def launch_command(context: str, model: str, engine_args: dict) -> str:
             words += [flag, json.dumps(value)]
         else:
             words += [flag, str(value)]
-    return shlex.join(words)
+    return " ".join([*assignments, shlex.join(words)])
 
 
 def sizes_text(sizes: list[int]) -> str:

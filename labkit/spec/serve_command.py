@@ -59,7 +59,9 @@ def to_knobs(explicit: dict) -> tuple[dict, dict]:
                 knobs["cudagraph_capture_sizes"] = list(value["cudagraph_capture_sizes"])
             if extra:
                 rest["compilation_config"] = extra
-        elif name in KNOBS and name not in ("cuda_graphs", "cudagraph_capture_sizes"):
+        elif name == "disable_custom_all_reduce":
+            knobs["custom_all_reduce"] = not value
+        elif name in KNOBS and name not in ("cuda_graphs", "cudagraph_capture_sizes", "environment"):
             knobs[name] = value
         else:
             rest[name] = value

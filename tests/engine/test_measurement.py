@@ -14,9 +14,11 @@ OUTPUT_LEN, PROMPT_LEN = 16, 32
 
 @pytest.fixture(scope="module")
 def batch_experiment(tmp_path_factory):
-    """max_num_seqs 1 vs 16 on an offline burst, as the offline LLM class runs it: one knob changed."""
+    """max_num_seqs 1 vs 16 on an offline burst, as the offline LLM class runs it: one knob changed. seqs16
+    also sets a variable in its own worker (vLLM's default logging level: nothing measured changes)."""
     return lk.Experiment(
-        "batch", {"seqs1": {"max_num_seqs": 1}, "seqs16": {"max_num_seqs": 16}},
+        "batch", {"seqs1": {"max_num_seqs": 1},
+                  "seqs16": {"max_num_seqs": 16, "environment": {"VLLM_LOGGING_LEVEL": "INFO"}}},
         lk.Workload(24, lk.Fixed(PROMPT_LEN), lk.Fixed(OUTPUT_LEN), lk.Burst()),
         model="tiny-llama", context="offline", protocol=lk.Protocol(trials=2, warmup_requests=4),
         results_dir=tmp_path_factory.mktemp("results"))
@@ -122,3 +124,18 @@ def test_the_store_names_no_host_and_no_path_of_this_machine(batch_results):
     found = {(str(p.relative_to(batch_results.path)), what) for p in files for what, pattern in machine.items()
              if re.search(pattern.encode(), readable(p))}
     assert not found, sorted(found)
+
+
+def test_an_arm_variable_is_set_in_its_own_worker_only_and_recorded(batch_experiment, batch_results):
+    import os
+    from labkit.analyze import audit
+    assert "VLLM_LOGGING_LEVEL" not in os.environ  # the experiment's process never had it
+    own, other = batch_results.environment["seqs16"], batch_results.environment["seqs1"]
+    assert own["tuning_variables"]["VLLM_LOGGING_LEVEL"] == "INFO" and own["arm_variables"] == ["VLLM_LOGGING_LEVEL"]
+    assert "VLLM_LOGGING_LEVEL" not in other["tuning_variables"] and other["arm_variables"] == []
+    assert any("VLLM_LOGGING_LEVEL=INFO is set by this arm's environment knob" in f
+               for f in audit.flags(batch_results, "seqs16"))
+    config = audit.effective_config(batch_results, "seqs16").set_index("setting")
+    assert config.loc["VLLM_LOGGING_LEVEL", "source"] == "this arm's environment knob"
+    launch = batch_experiment.plan_table(defaults=False).set_index("arm").launch
+    assert launch["seqs16"].endswith("# with VLLM_LOGGING_LEVEL=INFO") and "VLLM_LOGGING" not in launch["seqs1"]

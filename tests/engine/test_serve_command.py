@@ -14,7 +14,7 @@ COMMANDS = {
     "tuned": "vllm serve Qwen/Qwen2.5-7B-Instruct --max-num-seqs 256 --max-num-batched-tokens 16384 "
              "--gpu-memory-utilization 0.95 --max-model-len 8192 --kv-cache-dtype fp8 --quantization fp8",
     "switches": "vllm serve m --no-enable-prefix-caching --no-enable-chunked-prefill --tensor-parallel-size 2 "
-                "--attention-backend TRITON_ATTN --seed 7 --served-model-name chat",
+                "--attention-backend TRITON_ATTN --seed 7 --served-model-name chat --disable-custom-all-reduce",
     "graphs": "vllm serve m --compilation-config '{\"cudagraph_mode\": \"NONE\"}' --block-size 32",
     "typo": "vllm serve m --max-num-seqz 4",
     "bad value": "vllm serve m --max-num-seqs many",
@@ -34,7 +34,8 @@ def test_real_command_lines_become_the_knobs_they_mean(parsed):
                                      "gpu_memory_utilization": 0.95, "max_model_len": 8192,
                                      "kv_cache_dtype": "fp8", "quantization": "fp8"}
     assert parsed["switches"].knobs == {"enable_prefix_caching": False, "enable_chunked_prefill": False,
-                                        "tensor_parallel_size": 2, "attention_backend": "TRITON_ATTN"}
+                                        "tensor_parallel_size": 2, "attention_backend": "TRITON_ATTN",
+                                        "custom_all_reduce": False}
     assert parsed["graphs"].knobs == {"cuda_graphs": False}
     assert parsed["graphs"].unmodelled == {"block_size": 32}  # named: the lab's arms do not reproduce it
     assert parsed["plain"].variables == {"VLLM_USE_V1": "1"}

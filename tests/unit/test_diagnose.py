@@ -1,5 +1,7 @@
 """The diagnosis path's logic: which one-change arms a launch gets and why, how helpful changes combine, what
 the lab reproduces of a launch, SLO texts, and the ranked table and waterfall read from stored results."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -89,3 +91,7 @@ def test_the_recommended_command_drops_what_the_winning_change_dropped():
     launch = Launch("vllm serve m --max-num-seqs 1 --block-size 32", "m", {"max_num_seqs": 1}, {"block_size": 32}, {})
     found = Diagnosis(launch, "ttft_p99_ms", None, [], {}, None, None, {}, 2, "recommended: default_max_num_seqs")
     assert found.recommended_command() == "vllm serve m --block-size 32"
+    # knobs in vLLM's own flags, not the lab's names
+    graphs_off = dataclasses.replace(found, recommended={"cuda_graphs": False, "max_num_seqs": 8})
+    assert graphs_off.recommended_command() == ("vllm serve m --compilation-config '{\"cudagraph_mode\": \"NONE\"}' "
+                                                "--max-num-seqs 8 --block-size 32")

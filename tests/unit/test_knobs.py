@@ -26,7 +26,11 @@ GOOD_AND_BAD = {
     "tensor_parallel_size": (1, 1.5),
     "data_parallel_size": (2, 0),
     "dtype": ("bfloat16", "int8"),
+    "custom_all_reduce": (True, "off"),
+    "environment": ({"NCCL_P2P_DISABLE": "1"}, {"CUDA_VISIBLE_DEVICES": "0"}),
 }
+
+NEEDS = {"custom_all_reduce": {"tensor_parallel_size": 2}}  # a knob that only means something beside another
 
 
 def test_table_covers_every_knob():
@@ -37,7 +41,7 @@ def test_table_covers_every_knob():
 def test_knob_accepts_good_value(name):
     good, _ = GOOD_AND_BAD[name]
     assert KNOBS[name].check(good) is None
-    check_knobs({name: good})  # does not raise
+    check_knobs({name: good, **NEEDS.get(name, {})})  # does not raise
 
 
 @pytest.mark.parametrize("name", sorted(GOOD_AND_BAD))
@@ -244,3 +248,29 @@ def test_pool_arms_per_platform():
     assert arms["fp8_kv_cache"] == {"gpu_memory_utilization": 0.9, "max_model_len": 768, "kv_cache_dtype": "fp8"}
     assert arms["fp8_weights"] == {"gpu_memory_utilization": 0.9, "max_model_len": 768, "quantization": "fp8"}
     assert set(arms) == {"util=0.5", "util=0.9", "fitted_max_model_len", "fp8_kv_cache", "fp8_weights"}
+
+
+def test_the_environment_knob_takes_nccl_and_vllm_variables_as_text_and_never_multicast():
+    assert "must be a non-empty dict" in KNOBS["environment"].check({})
+    assert "text values" in KNOBS["environment"].check({"NCCL_P2P_DISABLE": 1})
+    with pytest.raises(BadParameter, match="NVLink multicast"):
+        check_knobs({"environment": {"NCCL_NVLS_ENABLE": "1"}})
+    check_knobs({"environment": {"NCCL_NVLS_ENABLE": "0"}})  # keeping it off is allowed
+
+
+def test_environment_variables_go_to_the_worker_not_to_the_engine_arguments():
+    two = Platform("cuda", (0, 26, 0), ("NVIDIA H200",) * 2)
+    plan = plan_arm({"tensor_parallel_size": 2, "environment": {"NCCL_P2P_DISABLE": "1"}}, two)
+    assert plan.not_applicable is None and plan.engine_args == {"tensor_parallel_size": 2}
+    assert plan.variables == {"NCCL_P2P_DISABLE": "1"}
+    on_cpu = plan_arm({"environment": {"NCCL_P2P_DISABLE": "1"}}, CPU)
+    assert "NCCL_P2P_DISABLE change NCCL, which vLLM on cpu does not use" in on_cpu.not_applicable
+    assert plan_arm({"environment": {"VLLM_LOGGING_LEVEL": "INFO"}}, CPU).variables == {"VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def test_custom_all_reduce_off_is_vllms_flag_and_needs_a_tensor_parallel_group():
+    two = Platform("cuda", (0, 26, 0), ("NVIDIA H200",) * 2)
+    plan = plan_arm({"tensor_parallel_size": 2, "custom_all_reduce": False}, two)
+    assert plan.engine_args == {"tensor_parallel_size": 2, "disable_custom_all_reduce": True}
+    with pytest.raises(BadParameter, match="only matters in a tensor-parallel group"):
+        check_knobs({"custom_all_reduce": False})

@@ -65,6 +65,10 @@ def test_launch_command_is_written_as_users_launch():
         "--compilation-config '{\"cudagraph_mode\": \"NONE\"}'")
     assert launch_command("offline", "/m", args).startswith("LLM(model='/m', load_format='dummy', "
                                                             "disable_log_stats=False, enforce_eager=True")
+    # an arm's own variables, as a shell sets them for one command
+    assert launch_command("serve", "/m", {"tensor_parallel_size": 2}, {"NCCL_P2P_DISABLE": "1"}) == (
+        "NCCL_P2P_DISABLE=1 vllm serve /m --tensor-parallel-size 2")
+    assert launch_command("offline", "/m", {}, {"NCCL_P2P_DISABLE": "1"}) == "LLM(model='/m')  # with NCCL_P2P_DISABLE=1"
 
 
 def test_capture_sizes_shown_short():

@@ -141,6 +141,10 @@ def test_scope_note_says_why_not_here():
                                   {"arm": "dp2", "runs_here": False, "why_not": "one GPU each"}])
     note = parallel.scope_note(replicas_only)
     assert "15 % rule" not in note and "replicas against the split model" in note
+    assert "communication settings" not in note  # the experiment has no communication arms
+    with_settings = pd.concat([replicas_only, pd.DataFrame([{"arm": "tp2_p2p_off", "runs_here": False,
+                                                             "why_not": "NCCL_P2P_DISABLE change NCCL"}])])
+    assert "the communication settings (NCCL's P2P path" in parallel.scope_note(with_settings)
 
 
 # ---- communication and NCCL ------------------------------------------------------------------------------
@@ -165,3 +169,29 @@ def test_communication_variables_show_who_set_them(gen):
     assert table.to_dict("records") == [
         {"arm": "tp1", "variable": "NCCL_NVLS_ENABLE", "value": "0", "set_by": "user or the lab, before vLLM"},
         {"arm": "tp1", "variable": "NCCL_CUMEM_ENABLE", "value": "0", "set_by": "vLLM"}]
+
+
+def test_an_arms_own_nccl_variable_is_named_as_its_knob(gen):
+    env = {"tp2_p2p_off": {"tuning_variables": {"NCCL_P2P_DISABLE": "1"}, "arm_variables": ["NCCL_P2P_DISABLE"]}}
+    table = parallel.communication_variables(make({"tp2_p2p_off": _arm("tp2_p2p_off", gen)}, environment=env))
+    assert table.set_by.tolist() == ["this arm's environment knob"]
+
+
+# ---- the communication settings of the split arm ----------------------------------------------------------
+def test_communication_arms_are_the_split_arm_with_one_setting_changed():
+    arms = parallel.communication_arms()
+    assert arms["tp2_p2p_off"] == {"tensor_parallel_size": 2, "environment": {"NCCL_P2P_DISABLE": "1"}}
+    assert arms["tp2_custom_all_reduce_off"] == {"tensor_parallel_size": 2, "custom_all_reduce": False}
+
+
+def test_communication_settings_give_a_verdict_on_tpot_or_say_what_did_not_run(gen):
+    r = make({"tp2": _arm("tp2", gen), "tp2_p2p_off": _arm("tp2_p2p_off", gen, tpot=13.0)},
+             skipped={"tp2_custom_all_reduce_off": "custom_all_reduce=False: vLLM's custom all-reduce needs an "
+                                                   "NVIDIA GPU"})
+    table = parallel.communication_settings(r).set_index("arm")
+    assert table.loc["tp2_p2p_off", "verdict"] == "worse"  # TPOT up 30 %: lower is better
+    assert table.loc["tp2_p2p_off", "why"].startswith("tpot_p50_ms: ")
+    off = table.loc["tp2_custom_all_reduce_off"]
+    assert off.verdict == parallel.NOT_MEASURABLE and "needs an NVIDIA GPU" in off.why
+    no_split = parallel.communication_settings(make({"tp2_p2p_off": _arm("tp2_p2p_off", gen)})).set_index("arm")
+    assert no_split.loc["tp2_p2p_off", "why"] == "arm 'tp2' is not measured"
