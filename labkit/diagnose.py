@@ -57,6 +57,11 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
     if knobs.get("enable_prefix_caching") is False:
         found["prefix_caching_on"] = (without("enable_prefix_caching"), "prefix caching is off: shared prompt "
                                       "prefixes are computed again for every request")
+    for name, value in knobs.get("environment", {}).items():
+        rest = {k: v for k, v in knobs["environment"].items() if k != name}
+        found[f"without_{name}"] = ({**without("environment"), **({"environment": rest} if rest else {})},
+                                    f"{name}={value} is set on the command line: it changes vLLM outside its "
+                                    "flags, and vLLM's default may be faster")
     fp8_ready = platform.kind == "cuda" and (capability_tuple(platform.compute_capability) or (0, 0)) >= FP8_MIN
     if fp8_ready and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
         found["fp8_kv_cache"] = ({**knobs, "kv_cache_dtype": "fp8"}, "this GPU has fp8 tensor cores: an fp8 KV "
@@ -67,12 +72,19 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
 def combine(current: dict, changed: list[dict]) -> dict:
     """The current knobs with every one-change arm's change applied: what each dropped, dropped; what each
     set, set."""
-    merged = dict(current)
-    for knobs in changed:
-        for key in set(current) - set(knobs):
-            merged.pop(key, None)
-        merged.update({k: v for k, v in knobs.items() if current.get(k) != v})
-    return merged
+    def apply(base: dict, changes: list[dict]) -> dict:
+        merged = dict(base)
+        for knobs in changes:
+            for key in set(base) - set(knobs):
+                merged.pop(key, None)
+            merged.update({k: v for k, v in knobs.items() if base.get(k) != v})
+        return merged
+
+    # the environment knob is a set of variables: each change drops or sets its own, not the whole set
+    merged = apply({k: v for k, v in current.items() if k != "environment"},
+                   [{k: v for k, v in knobs.items() if k != "environment"} for knobs in changed])
+    variables = apply(current.get("environment", {}), [knobs.get("environment", {}) for knobs in changed])
+    return {**merged, **({"environment": variables} if variables else {})}
 
 
 @dataclasses.dataclass

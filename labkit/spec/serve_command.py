@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import shlex
 import subprocess
 import sys
 from contextlib import redirect_stderr
 
 from labkit.errors import BadParameter
-from labkit.spec.knobs import KNOBS
+from labkit.spec.knobs import ARM_VARIABLE_PREFIXES, KNOBS
 
 # engine arguments that do not change what is measured (where the weights come from, names, logging)
 NO_EFFECT = {"model", "served_model_name", "tokenizer", "revision", "tokenizer_revision", "code_revision",
@@ -38,7 +39,9 @@ class Launch:
 
     def table(self):
         import pandas as pd
-        rows = [{"setting": k, "value": v, "lab": "knob"} for k, v in self.knobs.items()]
+        rows = [{"setting": k, "value": v, "lab": "knob"} for k, v in self.knobs.items() if k != "environment"]
+        rows += [{"setting": k, "value": v, "lab": "environment variable on the command line (this launch's arms)"}
+                 for k, v in self.knobs.get("environment", {}).items()]
         rows += [{"setting": k, "value": v, "lab": "not reproduced by the lab's arms"} for k, v in self.unmodelled.items()]
         rows += [{"setting": k, "value": v, "lab": "environment variable (set for every arm)"}
                  for k, v in self.variables.items()]
@@ -80,13 +83,15 @@ def parse_serve(command: str, environ: dict | None = None, timeout_s: float = 12
 def parse_many(commands: list[str], environ: dict | None = None, timeout_s: float = 300.0) -> list:
     """Several command lines with one import of vLLM: a Launch for each, or the BadParameter that says why not."""
     variables = {k: v for k, v in (environ or {}).items() if k.startswith(("VLLM_", "NCCL_"))}
-    out, jobs = [], []
+    out, jobs, written = [], [], []
     for command in commands:
         words = shlex.split(command)
-        bad = words[:2] != ["vllm", "serve"] or len(words) < 3
-        out.append(BadParameter(f"a launch is a `vllm serve MODEL [flags]` command line; got {command!r}") if bad
-                   else None)
+        assigned, problem = _leading_assignments(words)
+        bad = problem or ((words[:2] != ["vllm", "serve"] or len(words) < 3)
+                          and f"a launch is a `vllm serve MODEL [flags]` command line; got {command!r}")
+        out.append(BadParameter(bad) if bad else None)
         jobs.append([] if bad else words[2:])
+        written.append(assigned)
     if all(out):
         return out  # nothing for vLLM to parse
     done = subprocess.run([sys.executable, "-m", "labkit.spec.serve_command"], input=json.dumps(jobs),
@@ -101,8 +106,24 @@ def parse_many(commands: list[str], environ: dict | None = None, timeout_s: floa
             out[i] = BadParameter(f"`vllm serve` refuses {command!r}: {parsed['error']}")
         else:
             knobs, unmodelled = to_knobs(parsed["explicit"])
+            if written[i]:  # set on the command line: this launch's own, so an arm can leave one out
+                knobs["environment"] = written[i]
             out[i] = Launch(command, parsed["model"], knobs, unmodelled, variables)
     return out
+
+
+def _leading_assignments(words: list[str]) -> tuple[dict, str | None]:
+    """Remove the `NAME=value` words a shell command starts with (`NCCL_P2P_DISABLE=1 vllm serve ...`): the
+    variables it sets, or what is wrong with them (the lab reproduces NCCL_* and VLLM_* only)."""
+    assigned = {}
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        name, value = words.pop(0).split("=", 1)
+        assigned[name] = value
+    other = sorted(name for name in assigned if not name.startswith(ARM_VARIABLE_PREFIXES))
+    if other:
+        return assigned, (f"the command sets {', '.join(other)}: the lab reproduces NCCL_* and VLLM_* variables "
+                          "only; set the others in the environment the lab runs in, and leave them off the command")
+    return assigned, None
 
 
 def _jsonable(value):

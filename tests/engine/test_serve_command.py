@@ -16,6 +16,8 @@ COMMANDS = {
     "switches": "vllm serve m --no-enable-prefix-caching --no-enable-chunked-prefill --tensor-parallel-size 2 "
                 "--attention-backend TRITON_ATTN --seed 7 --served-model-name chat --disable-custom-all-reduce",
     "graphs": "vllm serve m --compilation-config '{\"cudagraph_mode\": \"NONE\"}' --block-size 32",
+    "variables": "NCCL_P2P_DISABLE=1 VLLM_LOGGING_LEVEL=INFO vllm serve m --max-num-seqs 8",
+    "other variable": "CUDA_VISIBLE_DEVICES=1 vllm serve m",
     "typo": "vllm serve m --max-num-seqz 4",
     "bad value": "vllm serve m --max-num-seqs many",
     "not serve": "python -m vllm.entrypoints.openai.api_server --model m",
@@ -39,9 +41,13 @@ def test_real_command_lines_become_the_knobs_they_mean(parsed):
     assert parsed["graphs"].knobs == {"cuda_graphs": False}
     assert parsed["graphs"].unmodelled == {"block_size": 32}  # named: the lab's arms do not reproduce it
     assert parsed["plain"].variables == {"VLLM_USE_V1": "1"}
+    # variables written before the command are the launch's own: an arm can leave one out
+    assert parsed["variables"].knobs == {"max_num_seqs": 8, "environment": {"NCCL_P2P_DISABLE": "1",
+                                                                            "VLLM_LOGGING_LEVEL": "INFO"}}
 
 
 def test_bad_flags_are_refused_in_vllms_own_words(parsed):
     assert isinstance(parsed["typo"], BadParameter) and "unrecognized arguments: --max-num-seqz" in str(parsed["typo"])
     assert "invalid int value: 'many'" in str(parsed["bad value"])
     assert "a launch is a `vllm serve MODEL [flags]` command line" in str(parsed["not serve"])
+    assert "sets CUDA_VISIBLE_DEVICES: the lab reproduces NCCL_* and VLLM_* variables only" in str(parsed["other variable"])

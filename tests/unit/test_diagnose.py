@@ -38,6 +38,18 @@ def test_helpful_changes_combine_into_one_launch():
     assert merged == {"max_num_seqs": 4, "attention_backend": "TRITON_ATTN", "kv_cache_dtype": "fp8"}
 
 
+def test_each_variable_the_command_sets_is_an_arm_without_it_and_they_combine_one_by_one():
+    launch = {"max_num_seqs": 64, "environment": {"NCCL_P2P_DISABLE": "1", "VLLM_USE_TRITON_AWQ": "1"}}
+    found = candidate_changes(launch, H200, LOAD)
+    assert found["without_NCCL_P2P_DISABLE"][0] == {"max_num_seqs": 64, "environment": {"VLLM_USE_TRITON_AWQ": "1"}}
+    assert found["without_VLLM_USE_TRITON_AWQ"][0] == {"max_num_seqs": 64, "environment": {"NCCL_P2P_DISABLE": "1"}}
+    assert "NCCL_P2P_DISABLE=1 is set on the command line" in found["without_NCCL_P2P_DISABLE"][1]
+    both = combine(launch, [found["without_NCCL_P2P_DISABLE"][0], found["without_VLLM_USE_TRITON_AWQ"][0]])
+    assert both == {"max_num_seqs": 64}  # both dropped, not one put back by the other
+    one = combine(launch, [found["without_NCCL_P2P_DISABLE"][0], found["fp8_kv_cache"][0]])
+    assert one == {"max_num_seqs": 64, "environment": {"VLLM_USE_TRITON_AWQ": "1"}, "kv_cache_dtype": "fp8"}
+
+
 def test_what_a_launch_sets_becomes_knobs_and_the_rest_is_named():
     knobs, rest = to_knobs({"enforce_eager": True, "max_num_seqs": 16, "seed": 1, "swap_space": 8,
                             "compilation_config": {"cudagraph_mode": "CUDAGraphMode.NONE", "level": 3}})
@@ -93,5 +105,7 @@ def test_the_recommended_command_drops_what_the_winning_change_dropped():
     assert found.recommended_command() == "vllm serve m --block-size 32"
     # knobs in vLLM's own flags, not the lab's names
     graphs_off = dataclasses.replace(found, recommended={"cuda_graphs": False, "max_num_seqs": 8})
+    with_variable = dataclasses.replace(found, recommended={"environment": {"NCCL_P2P_DISABLE": "1"}})
+    assert with_variable.recommended_command() == "NCCL_P2P_DISABLE=1 vllm serve m --block-size 32"
     assert graphs_off.recommended_command() == ("vllm serve m --compilation-config '{\"cudagraph_mode\": \"NONE\"}' "
                                                 "--max-num-seqs 8 --block-size 32")
