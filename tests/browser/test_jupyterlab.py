@@ -153,13 +153,31 @@ def open_notebook(driver, lab, path: str) -> None:
 
 def run_all_from_the_menu(driver) -> None:
     # the Run menu acts on the notebook last activated, which may be a tab the workspace restored beside this
-    # one: the notebook in view is made the active one, as a click on its tab would
-    driver.execute_script("const shell = window.jupyterapp.shell; shell.activateById(shell.currentWidget.id)")
-    menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
-    menu.click()
-    items = lambda: [i for i in driver.find_elements("css selector", ".lm-Menu-item")
-                     if i.text.strip().startswith("Run All Cells")]
-    wait_for(items, 10, "the Run menu open", driver)[0].click()
+    # one: the notebook in view is made the active one, as a click on its tab would. On a fresh start the
+    # notebook tracker can take a moment to follow, and until it does "Run All Cells" is drawn disabled and a
+    # click on it does nothing (seen: the first test's cell never ran): the menu is opened until it is enabled
+    def enabled_item():
+        driver.execute_script("const shell = window.jupyterapp.shell; shell.activateById(shell.currentWidget.id)")
+        menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
+        menu.click()
+        items = wait_for(lambda: [i for i in driver.find_elements("css selector", ".lm-Menu-item")
+                                  if i.text.strip().startswith("Run All Cells")], 10, "the Run menu open", driver)
+        if "lm-mod-disabled" not in (items[0].get_attribute("class") or ""):
+            return items[0]
+        menu.click()  # closes the menu again
+        return None
+
+    def started():  # a prompt left "[ ]:" (never queued) on every cell means the click did not take
+        prompts = driver.execute_script(f"return [...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+                                        ".map(x => x.textContent.trim())")
+        return any(p != "[ ]:" for p in prompts)
+    for attempt in range(2):
+        wait_for(enabled_item, 30, "Run All Cells enabled in the Run menu", driver).click()
+        try:
+            return wait_for(started, 15, "the cells queued after Run All Cells", driver if attempt else None)
+        except AssertionError:
+            if attempt:
+                raise
 
 
 def wait_until_every_cell_ran(driver, timeout_s: float) -> None:
