@@ -28,6 +28,14 @@ def _platform_first_choice(results) -> str | None:
     return None
 
 
+ARM_KNOB = "this arm's environment knob"
+
+
+def set_by_arm_knob(environment: dict, name: str) -> bool:
+    """Whether an arm's recorded variable was set by its own `environment` knob (not by the shell or the lab)."""
+    return name in environment.get("arm_variables", [])
+
+
 def effective_config(results, arm: str) -> pd.DataFrame:
     """Every resolved setting of one arm, with the engine arguments that were asked for."""
     facts = _facts(results, arm).dropna()
@@ -39,8 +47,7 @@ def effective_config(results, arm: str) -> pd.DataFrame:
     rows += [{"setting": f"asked: {k}", "value": json.dumps(v), "source": "engine argument"}
              for k, v in spec["engine_args"].items()]
     env = results.environment.get(arm, {})
-    own = set(env.get("arm_variables", []))
-    rows += [{"setting": k, "value": v, "source": "this arm's environment knob" if k in own else "environment"}
+    rows += [{"setting": k, "value": v, "source": ARM_KNOB if set_by_arm_knob(env, k) else "environment"}
              for k, v in env.get("tuning_variables", {}).items()]
     return pd.DataFrame(rows)
 
@@ -65,9 +72,9 @@ def flags(results, arm: str) -> list[str]:
     for name, value in sorted(env.get("tuning_variables", {}).items()):
         if name.endswith("_VERSION"):  # set by the image to describe itself, not a tuning choice
             continue
-        who = "by this arm's environment knob" if name in env.get("arm_variables", []) else ""
-        out.append(f"environment variable {name}={value} is set{' ' + who if who else ''}: it changes vLLM's "
-                   "behaviour outside the engine arguments")
+        who = f" by {ARM_KNOB}" if set_by_arm_knob(env, name) else ""
+        out.append(f"environment variable {name}={value} is set{who}: it changes vLLM's behaviour outside the "
+                   "engine arguments")
     return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from labkit.analyze import stats
+from labkit.analyze import audit, stats
 
 TP_RULE_THRESHOLD = 0.15
 LATENCY_METRICS = ("tpot_p50_ms", "ttft_p50_ms")
@@ -174,12 +174,11 @@ def communication_variables(results) -> pd.DataFrame:
     """The NCCL_* variables each measured arm ran with, and who set them."""
     rows = []
     for arm, env in results.environment.items():
-        own = set(env.get("arm_variables", []))
         for source, who in (("tuning_variables", "user or the lab, before vLLM"), ("set_by_vllm", "vLLM")):
             for name, value in sorted(env.get(source, {}).items()):
                 if name.startswith("NCCL_"):
                     rows.append({"arm": arm, "variable": name, "value": value,
-                                 "set_by": "this arm's environment knob" if name in own else who})
+                                 "set_by": audit.ARM_KNOB if audit.set_by_arm_knob(env, name) else who})
     return pd.DataFrame(rows, columns=["arm", "variable", "value", "set_by"])
 
 
@@ -205,7 +204,7 @@ def communication_settings(results, split: str = "tp2", metric: str = "tpot_p50_
     rows = []
     for arm, (_, change) in COMMUNICATION_ARMS.items():
         row = {"arm": arm, "change": change}
-        missing = [(a, *_status(results, a)) for a in (split, arm) if _status(results, a)[0] != "complete"]
+        missing = [(a, *status) for a in (split, arm) if (status := _status(results, a))[0] != "complete"]
         if missing:
             a, status, cause = missing[0]
             row.update(verdict=NOT_MEASURABLE, why=f"arm {a!r} is {status}" + (f": {cause}" if cause else ""))

@@ -68,7 +68,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     # the diagnosis's eager batch-4 launch decodes ~15 ms a token there: 800-token answers made a trial minutes
     "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"},
              # mistuned three ways (eager, Triton's attention instead of the platform's first choice, a batch
-             # of 4 under 16 clients): the path has three single changes to find and one combination
+             # of 4 under 16 clients): three one-change arms for those, and fp8 KV cache on an fp8 GPU
              "01_diagnose.ipynb": {"command": "vllm serve meta-llama/Meta-Llama-3-8B-Instruct --enforce-eager "
                                               "--max-num-seqs 4 --attention-backend TRITON_ATTN",
                                    "output_len": 256, "requests": 32, "trials": 2}},
