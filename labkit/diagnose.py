@@ -119,11 +119,13 @@ class Diagnosis:
                    {"when_utc": now, "experiment": self.results.name, "load": "diagnosis", "change": "profile",
                     "metric": "bottleneck and roofline", "conclusion": "; ".join(f"{k}: {v}" for k, v in self.profile.items()),
                     "evidence": str(self.results.path)}]
-        for row in self.ranked.itertuples():
-            value = getattr(row, self.target, float("nan"))
+        for row in self.ranked.to_dict("records"):
+            value = row.get(self.target, float("nan"))
+            also = [f"{side} {row[side]}" for side in ("also better on", "also worse on")
+                    if isinstance(row.get(side), str) and row[side]]
             entries.append({"when_utc": now, "experiment": self.results.name, "load": "diagnosis",
-                            "change": f"{row.arm}: {row.why}", "metric": f"{self.target}={value:.4g}",
-                            "conclusion": row.verdict, "evidence": str(self.results.path)})
+                            "change": f"{row['arm']}: {row['why']}", "metric": f"{self.target}={value:.4g}",
+                            "conclusion": "; ".join([row["verdict"], *also]), "evidence": str(self.results.path)})
         entries.append({"when_utc": now, "experiment": self.results.name, "load": "diagnosis",
                         "change": "recommended launch", "metric": self.target, "conclusion": self.outcome,
                         "evidence": self.recommended_command()})
@@ -217,28 +219,28 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         results = experiment(arms).run(progress=progress)
         about = {arm: {"why": why} for arm, (_, why) in changes.items()}
         helped = [arm for arm in changes if arm in results.complete_arms
-                  and stats.compare(results, "current", arm, target).verdict == "better"]
+                  and diagnosis.helps(results, "current", arm, target)]
         combined = None
         if len(helped) > 1:
-            arms["combined"], combined = combine(launch.knobs, [arms[arm] for arm in helped]), "combined"
-            about["combined"] = {"why": "the changes that helped, together: " + " + ".join(helped)}
-            results = experiment(arms).run(progress=progress, only=["combined"])
-        # the best measured launch wins: the combination only if it beats every change alone
-        m = stats.metric(target)
-        finalists = [arm for arm in [*helped, combined] if arm in results.complete_arms]
-        value = {arm: stats.point(stats.groups(results, arm, m), m) for arm in finalists}
-        best = min(finalists, key=lambda a: value[a] if m.lower_is_better else -value[a]) if finalists else None
+            # named by what it holds: another run whose noise lets other changes through measures its own
+            combined = "+".join(helped)
+            arms[combined] = combine(launch.knobs, [arms[arm] for arm in helped])
+            about[combined] = {"why": "the changes that helped, together"}
+            results = experiment(arms).run(progress=progress, only=[combined])
+        best, trades = diagnosis.choose(results, [arm for arm in helped if arm in results.complete_arms],
+                                        combined if combined in results.complete_arms else None, target)
         outcome = f"recommended: {best}" if best else "no change helped at this noise: keep what you have"
         return _finish(launch, target, results, flags, profile, about, helped, combined, before, outcome, best,
-                       arms[best] if best else None)
+                       arms[best] if best else None, trades)
 
 
 def _finish(launch, target, results, flags, profile, about, helped, combined, before, outcome, best=None,
-            recommended=None) -> Diagnosis:
+            recommended=None, trades=()) -> Diagnosis:
     ranked = diagnosis.ranked_changes(results, "current", target, about) if about else pd.DataFrame()
     path = diagnosis.waterfall(results, "current", helped, combined, target, best)
     starts = len(set(results.complete_arms) - before)
     if len(path) > 1:
         outcome += f" ({target} {path.value.iloc[0]:.4g} -> {path.value.iloc[-1]:.4g})"
+    outcome += "".join(f"; {trade}" for trade in trades)
     recommended = launch.knobs if recommended is None else recommended
     return Diagnosis(launch, target, results, flags, profile, ranked, path, dict(recommended), starts, outcome)

@@ -45,13 +45,15 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
     return entries
 
 
-def append(entries: list[dict]) -> None:
-    """Append the entries to the journal, one JSON line each."""
+def append(entries: list[dict]) -> pd.DataFrame:
+    """Append the entries to the journal, one JSON line each; they come back as a table, so a notebook that
+    files them also shows what it filed."""
     path = journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         for entry in entries:
             f.write(json.dumps(entry, default=str) + "\n")
+    return pd.DataFrame(entries)
 
 
 def read() -> pd.DataFrame:

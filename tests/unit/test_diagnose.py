@@ -109,3 +109,39 @@ def test_the_recommended_command_drops_what_the_winning_change_dropped():
     assert with_variable.recommended_command() == "NCCL_P2P_DISABLE=1 vllm serve m --block-size 32"
     assert graphs_off.recommended_command() == ("vllm serve m --compilation-config '{\"cudagraph_mode\": \"NONE\"}' "
                                                 "--max-num-seqs 8 --block-size 32")
+
+
+@pytest.fixture(scope="module")
+def trade_offs():
+    """A batch limit's fix (same TPOT, far lower TTFT, more throughput), a change that wins TPOT by losing
+    throughput, and a combination."""
+    gen = np.random.default_rng(5)
+    return make_results({
+        "current": (_requests("current", gen), _trials("current", [1000, 1010, 990])),
+        "queue_fix": (_requests("queue_fix", gen, ttft_scale=0.05), _trials("queue_fix", [3000, 3010, 2990])),
+        "queue_worse": (_requests("queue_worse", gen, ttft_scale=3), _trials("queue_worse", [2000, 2010, 1990])),
+        "tpot_only": (_requests("tpot_only", gen, tpot_scale=0.5), _trials("tpot_only", [500, 505, 495])),
+        "both": (_requests("both", gen, ttft_scale=0.05, tpot_scale=0.8), _trials("both", [3500, 3510, 3490])),
+    })
+
+
+def test_a_change_the_target_cannot_see_counts_when_it_wins_elsewhere_and_loses_nowhere(trade_offs):
+    assert diagnosis.side_effects(trade_offs, "current", "queue_fix", "tpot_p50_ms") == (["output_tok_s", "ttft_p99_ms"], [])
+    assert diagnosis.helps(trade_offs, "current", "queue_fix", "tpot_p50_ms")
+    assert not diagnosis.helps(trade_offs, "current", "queue_worse", "tpot_p50_ms")  # wins throughput, loses TTFT
+    assert diagnosis.helps(trade_offs, "current", "tpot_only", "tpot_p50_ms")  # the target decides first
+    table = diagnosis.ranked_changes(trade_offs, "current", "tpot_p50_ms", {"queue_fix": {"why": ""}})
+    assert table.loc[0, "verdict"] == "no detectable difference"
+    assert table.loc[0, "also better on"] == "output_tok_s, ttft_p99_ms" and table.loc[0, "also worse on"] == ""
+
+
+def test_a_launch_that_wins_the_target_by_losing_elsewhere_is_named_not_chosen(trade_offs):
+    chosen, trades = diagnosis.choose(trade_offs, ["queue_fix", "tpot_only"], "both", "tpot_p50_ms")
+    assert chosen == "both"
+    assert trades == ["tpot_only alone has the better tpot_p50_ms and is worse on output_tok_s, ttft_p99_ms: "
+                      "choose it by your SLO"]
+    # without the combination: neither single beats the other everywhere, so the target decides
+    assert diagnosis.choose(trade_offs, ["queue_fix", "tpot_only"], None, "tpot_p50_ms")[0] == "tpot_only"
+    # a single change better on the target and worse on nothing beats the combination
+    assert diagnosis.choose(trade_offs, ["both"], "queue_fix", "tpot_p50_ms") == ("both", [])
+    assert diagnosis.choose(trade_offs, [], None, "tpot_p50_ms") == (None, [])

@@ -1,5 +1,6 @@
 """Notebook parameters: each notebook's smoke values fit its parameters cell, and a wrong name or type is refused
 before any kernel starts, with the list of what the notebook takes (papermill reads the cells; no kernel)."""
+import ast
 import json
 from pathlib import Path
 
@@ -18,6 +19,15 @@ def test_every_notebook_has_smoke_values_that_its_parameters_cell_takes():
     assert set(parameters.SMOKE) == set(notebooks)
     for name, values in parameters.SMOKE.items():
         assert parameters.check_parameters(notebooks[name], values) == values, name
+
+
+def test_papermill_sees_every_parameter_a_parameters_cell_assigns():
+    # papermill skips a line with a second "=" (one in its help comment is enough): that parameter would then
+    # be refused by `labkit run -p` and never injected
+    for nb in discover():
+        cell = next(c for c in json.loads(nb.read_text())["cells"] if "parameters" in c["metadata"].get("tags", []))
+        assigned = {node.target.id for node in ast.parse("".join(cell["source"])).body if isinstance(node, ast.AnnAssign)}
+        assert set(parameters.declared(nb)) == assigned, nb
 
 
 def test_a_notebook_reads_its_smoke_values_by_its_own_path():
