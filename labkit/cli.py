@@ -107,7 +107,7 @@ def _diagnose(args) -> None:
         if not found.ranked.empty:
             print(found.ranked.drop(columns=["why"]).round(3).to_string(index=False))
         print(found.path.round(3).to_string(index=False))
-    print(f"{found.outcome} ({found.engine_starts} engine start(s))")
+    print(found.cost())
     print(f"recommended: {found.recommended_command()}")
 
 

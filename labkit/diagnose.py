@@ -102,6 +102,12 @@ class Diagnosis:
     recommended: dict
     engine_starts: int
     outcome: str
+    resumed: list[str] = dataclasses.field(default_factory=list)  # arms read back from the store, not measured again
+
+    def cost(self) -> str:
+        """The outcome with what it cost: engines started by this run, and arms read back from the store."""
+        return (f"{self.outcome} ({self.engine_starts} engine start(s) this run; read back from the store: "
+                f"{', '.join(self.resumed) or 'none'})")
 
     def recommended_command(self) -> str:
         """The recommended launch as a `vllm serve` line: its knobs in vLLM's own flags (cuda_graphs=False is
@@ -137,7 +143,7 @@ def current_profile(results: Results) -> dict:
     decode and prefill as a share of this hardware's limit; what is missing says why."""
     found = {}
     try:
-        verdict, rule = profiling.analyse(profiling.arm_trace(results, "current"))["bottleneck"]
+        verdict, rule = profiling.arm_bottleneck(results, "current")
         found.update(bottleneck=verdict, rule=rule)
     except (BadParameter, OSError, ValueError) as exc:
         found["bottleneck"] = f"not profiled: {exc}"
@@ -205,7 +211,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
                           results_dir=results_dir)
 
     stored = experiment(arms).store
-    before = {arm for arm in arms if stored.completed_spec(arm) is not None}  # resumed, not started again
+    resumed = {arm for arm in arms if stored.completed_spec(arm) is not None}  # read back, not started again
     with _variables(launch.variables):
         results = experiment(arms).run(progress=progress, only=["current"])
         if "current" not in results.complete_arms:
@@ -215,7 +221,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         if _meets(results, "current", slo or {}) or not changes:
             outcome = ("the current launch meets the SLO: keep what you have" if changes
                        else "nothing to try: keep what you have")
-            return _finish(launch, target, results, flags, profile, {}, [], None, before, outcome)
+            return _finish(launch, target, results, flags, profile, outcome, arms=arms, resumed=resumed)
         results = experiment(arms).run(progress=progress)
         about = {arm: {"why": why} for arm, (_, why) in changes.items()}
         helped = [arm for arm in changes if arm in results.complete_arms
@@ -225,22 +231,26 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
             # named by what it holds: another run whose noise lets other changes through measures its own
             combined = "+".join(helped)
             arms[combined] = combine(launch.knobs, [arms[arm] for arm in helped])
+            if stored.completed_spec(combined) is not None:
+                resumed.add(combined)
             about[combined] = {"why": "the changes that helped, together"}
             results = experiment(arms).run(progress=progress, only=[combined])
         best, trades = diagnosis.choose(results, [arm for arm in helped if arm in results.complete_arms],
                                         combined if combined in results.complete_arms else None, target)
         outcome = f"recommended: {best}" if best else "no change helped at this noise: keep what you have"
-        return _finish(launch, target, results, flags, profile, about, helped, combined, before, outcome, best,
-                       arms[best] if best else None, trades)
+        return _finish(launch, target, results, flags, profile, outcome, arms=arms, resumed=resumed, about=about,
+                       helped=helped, combined=combined, best=best, trades=trades)
 
 
-def _finish(launch, target, results, flags, profile, about, helped, combined, before, outcome, best=None,
-            recommended=None, trades=()) -> Diagnosis:
+def _finish(launch, target, results, flags, profile, outcome, *, arms, resumed, about=None, helped=(), combined=None,
+            best=None, trades=()) -> Diagnosis:
     ranked = diagnosis.ranked_changes(results, "current", target, about) if about else pd.DataFrame()
     path = diagnosis.waterfall(results, "current", helped, combined, target, best)
-    starts = len(set(results.complete_arms) - before)
+    # arms of this diagnosis only: the store may hold others (a combination an earlier run's noise chose)
+    starts = len((set(results.complete_arms) & set(arms)) - resumed)
     if len(path) > 1:
         outcome += f" ({target} {path.value.iloc[0]:.4g} -> {path.value.iloc[-1]:.4g})"
     outcome += "".join(f"; {trade}" for trade in trades)
-    recommended = launch.knobs if recommended is None else recommended
-    return Diagnosis(launch, target, results, flags, profile, ranked, path, dict(recommended), starts, outcome)
+    recommended = arms[best] if best else launch.knobs
+    return Diagnosis(launch, target, results, flags, profile, ranked, path, dict(recommended), starts, outcome,
+                     sorted(resumed))

@@ -202,6 +202,16 @@ def analyse(path: str | Path, top: int = 15) -> dict:
             "shares": shares, "gaps": gaps, "bottleneck": bottleneck(shares)}
 
 
+def summary(path: str | Path) -> dict:
+    """What the analysis of a trace keeps when the trace itself is not kept: the bottleneck and its rule, the
+    source, the time shares and the gaps, in a few hundred bytes. A GPU worker's trace runs to tens of MB,
+    too large to travel with the evidence; the summary is recorded with the arm's facts."""
+    found = analyse(path, top=0)
+    verdict, rule = found["bottleneck"]
+    return {"bottleneck": verdict, "rule": rule, "source": found["source"], "gaps": found["gaps"],
+            "shares_pct": {r.category: round(float(r.share_pct), 2) for r in found["shares"].itertuples()}}
+
+
 def find_traces(directory: str | Path) -> list[Path]:
     """Worker traces under a torch_profiler_dir, rank 0's first (the ranks of a split model run the same
     kernels), each rank's newest first; the frontend's async_llm traces are left out."""
@@ -221,6 +231,20 @@ def arm_trace(results, arm: str) -> Path:
     if not isinstance(trace, str):
         raise BadParameter(f"arm {arm!r} has no profiler trace: measure it with lk.Protocol(profile_requests=N)")
     return results.arm_file(arm, trace)
+
+
+def arm_bottleneck(results, arm: str) -> tuple[str, str]:
+    """An arm's bottleneck and the rule that fired: from its stored trace, or, where the trace was not kept,
+    from the summary recorded when it was measured."""
+    row = results.arms.set_index("arm").loc[arm] if arm in set(results.arms.arm) else {}
+    try:
+        return analyse(arm_trace(results, arm))["bottleneck"]
+    except (BadParameter, OSError) as missing:
+        recorded = row.get("profile_summary")  # the store keeps a fact that is a dict as its JSON text
+        recorded = json.loads(recorded) if isinstance(recorded, str) else {}
+        if "bottleneck" in recorded:
+            return recorded["bottleneck"], recorded["rule"] + " (from the summary recorded with the arm)"
+        raise BadParameter(f"{missing}; and no summary was recorded with it") from None
 
 
 def profile_arms(results, top: int = 10) -> dict[str, dict]:

@@ -94,7 +94,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
 
     from labkit.measure.environment import fingerprint
     from labkit.spec.launch import engine_launch
-    from labkit.analyze.profiling import find_traces
+    from labkit.analyze.profiling import find_traces, summary as trace_summary
     from labkit.measure.resolved import resolve
     from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
     from labkit.measure.gpu_state import GpuStateSampler
@@ -137,6 +137,11 @@ async def _measure(job: ArmJob, out: Path) -> None:
                                                            sampling)
             traces = find_traces(out / "profile")
             facts["profile_trace"] = str(traces[0].relative_to(out)) if traces else None
+            if traces:  # the bottleneck outlives a trace too large to keep; a trace it cannot read costs nothing else
+                try:
+                    facts["profile_summary"] = trace_summary(traces[0])
+                except Exception as exc:  # noqa: BLE001
+                    facts["profile_summary"] = {"not_analysed": f"{type(exc).__name__}: {exc}"}
         pd.DataFrame(rows).to_parquet(out / "requests.parquet")
         pd.DataFrame(trials).to_parquet(out / "trials.parquet")
         environment = fingerprint()

@@ -1,5 +1,6 @@
 """Tensor parallelism through the lab's own path (knob, worker, resolved facts, per-rank traces, the 15 % rule)
 on the real vLLM CPU engine: two ranks on one core each, bound by VLLM_CPU_OMP_THREADS_BIND."""
+import json
 import os
 
 import pytest
@@ -43,6 +44,10 @@ def test_the_split_arm_keeps_rank_zeros_trace_and_shows_its_all_reduce(tp_result
     share = parallel.communication_share(profiling.profile_arms(tp_results)).set_index("arm")
     assert share.loc["tp1", "communication_pct_of_busy"] == 0
     assert share.loc["tp2", "communication_pct_of_busy"] > 0
+    # the worker recorded what the trace says, for a store that cannot keep the trace
+    recorded = json.loads(tp_results.facts("profile_summary").set_index("arm").profile_summary["tp2"])
+    assert recorded["bottleneck"] == profiling.analyse(profiling.arm_trace(tp_results, "tp2"))["bottleneck"][0]
+    assert recorded["shares_pct"].get("communication", 0) > 0
 
 
 def test_the_15_percent_rule_is_measured(tp_results):

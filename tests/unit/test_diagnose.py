@@ -103,6 +103,8 @@ def test_the_recommended_command_drops_what_the_winning_change_dropped():
     launch = Launch("vllm serve m --max-num-seqs 1 --block-size 32", "m", {"max_num_seqs": 1}, {"block_size": 32}, {})
     found = Diagnosis(launch, "ttft_p99_ms", None, [], {}, None, None, {}, 2, "recommended: default_max_num_seqs")
     assert found.recommended_command() == "vllm serve m --block-size 32"
+    assert found.cost() == "recommended: default_max_num_seqs (2 engine start(s) this run; read back from the store: none)"
+    assert dataclasses.replace(found, resumed=["current"]).cost().endswith("read back from the store: current)")
     # knobs in vLLM's own flags, not the lab's names
     graphs_off = dataclasses.replace(found, recommended={"cuda_graphs": False, "max_num_seqs": 8})
     with_variable = dataclasses.replace(found, recommended={"environment": {"NCCL_P2P_DISABLE": "1"}})

@@ -254,3 +254,27 @@ def test_find_traces_puts_rank_zero_first_even_when_older(tmp_path):
         (tmp_path / name).write_text("{}")
         os.utime(tmp_path / name, (1000 - i, 1000 - i) if name.startswith("rank1") else (500, 500))
     assert [p.name for p in P.find_traces(tmp_path)] == ["rank0.1.pt.trace.json.gz", "rank1.2.pt.trace.json.gz"]
+
+
+def test_the_bottleneck_outlives_a_trace_too_large_to_keep(tmp_path):
+    import pandas as pd
+    from labkit.store import Results
+
+    folder = tmp_path / "arms" / "kept" / "profile"
+    folder.mkdir(parents=True)
+    trace = write(folder, back_to_back([(GEMM_K, 10, 20)], gap=10))
+    recorded = P.summary(trace)
+    assert recorded["bottleneck"].startswith("launch/scheduling-bound") and recorded["source"] == "gpu kernels"
+    assert recorded["shares_pct"][P.IDLE] == pytest.approx(100 * 190 / 390, abs=0.01)
+    assert len(json.dumps(recorded)) < 1000  # small enough for the arm's facts
+    arms = pd.DataFrame([
+        {"arm": "kept", "status": "complete", "profile_trace": "profile/t.json", "profile_summary": None},
+        {"arm": "summarised", "status": "complete", "profile_trace": "profile/gone.json",
+         "profile_summary": json.dumps({**recorded, "bottleneck": "compute-bound: recorded"})},
+        {"arm": "neither", "status": "complete", "profile_trace": None, "profile_summary": None}])
+    results = Results("x", tmp_path, {}, arms, pd.DataFrame(), pd.DataFrame(), {})
+    assert P.arm_bottleneck(results, "kept")[0].startswith("launch/scheduling-bound")  # the trace first
+    verdict, rule = P.arm_bottleneck(results, "summarised")
+    assert verdict == "compute-bound: recorded" and rule.endswith("(from the summary recorded with the arm)")
+    with pytest.raises(BadParameter, match="no profiler trace.*no summary was recorded"):
+        P.arm_bottleneck(results, "neither")
