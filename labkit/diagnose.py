@@ -69,6 +69,32 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
     return found
 
 
+# the backends worth an engine start when attention dominates (FLEX_ATTENTION is a general fallback, left out)
+PROFILED_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
+
+
+def profile_changes(knobs: dict, platform: Platform, bottleneck: str, backend_in_use: str | None
+                    ) -> dict[str, tuple[dict, str]]:
+    """One-change arms the current launch's profile points to, on a GPU: attention-bound, the other attention
+    backends; compute-bound at the GEMM limit with fp8 tensor cores, fp8 weights. A launch-bound profile
+    points to the graphs, eager and batch changes the audit already found; a communication-bound one to the
+    parallel layout, which one launch on this machine cannot change alone."""
+    if platform.kind != "cuda":
+        return {}
+    found = {}
+    if bottleneck.startswith("attention-bound"):
+        for backend in PROFILED_BACKENDS:
+            if backend != backend_in_use and backend != knobs.get("attention_backend"):
+                found[f"attention_{backend}"] = ({**knobs, "attention_backend": backend}, f"the profile is "
+                                                 f"attention-bound: {backend} in place of {backend_in_use}")
+    fp8_ready = (capability_tuple(platform.compute_capability) or (0, 0)) >= FP8_MIN
+    if bottleneck.startswith("compute-bound") and fp8_ready and not knobs.get("quantization"):
+        found["fp8_weights"] = ({**knobs, "quantization": "fp8"}, "the profile is at the GEMM limit on a GPU with "
+                                "fp8 tensor cores: fp8 weights halve the bytes and double the rate (they change "
+                                "the model's numerics: check its quality before deploying)")
+    return found
+
+
 def combine(current: dict, changed: list[dict]) -> dict:
     """The current knobs with every one-change arm's change applied: what each dropped, dropped; what each
     set, set."""
@@ -218,6 +244,12 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
             raise BadParameter(f"the current launch did not run: {results.facts('cause').to_dict('records')}")
         flags = audit.flags(results, "current")
         profile = current_profile(results)
+        used = results.facts("attention_backend").set_index("arm").attention_backend.get("current")
+        for arm, (knobs, why) in profile_changes(launch.knobs, platform, profile["bottleneck"], used).items():
+            changes.setdefault(arm, (knobs, why))
+            arms.setdefault(arm, knobs)
+            if stored.completed_spec(arm) is not None:
+                resumed.add(arm)
         if _meets(results, "current", slo or {}) or not changes:
             outcome = ("the current launch meets the SLO: keep what you have" if changes
                        else "nothing to try: keep what you have")

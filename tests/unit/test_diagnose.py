@@ -147,3 +147,20 @@ def test_a_launch_that_wins_the_target_by_losing_elsewhere_is_named_not_chosen(t
     # a single change better on the target and worse on nothing beats the combination
     assert diagnosis.choose(trade_offs, ["both"], "queue_fix", "tpot_p50_ms") == ("both", [])
     assert diagnosis.choose(trade_offs, [], None, "tpot_p50_ms") == (None, [])
+
+
+def test_the_profile_adds_the_changes_it_points_to():
+    from labkit.diagnose import profile_changes
+    attention = "attention-bound: long contexts (attention backend, KV dtype)"
+    found = profile_changes({"max_num_seqs": 64}, H200, attention, "FLASH_ATTN")
+    assert set(found) == {"attention_FLASHINFER", "attention_TRITON_ATTN"}  # not the backend in use
+    assert found["attention_FLASHINFER"][0] == {"max_num_seqs": 64, "attention_backend": "FLASHINFER"}
+    assert "in place of FLASH_ATTN" in found["attention_FLASHINFER"][1]
+    compute = "compute-bound: at the GEMM limit (quantize, or a bigger GPU)"
+    assert set(profile_changes({}, H200, compute, "FLASH_ATTN")) == {"fp8_weights"}
+    assert profile_changes({"quantization": "fp8"}, H200, compute, "FLASH_ATTN") == {}
+    a100 = Platform("cuda", (0, 26, 0), ("NVIDIA A100",), "8.0")
+    assert profile_changes({}, a100, compute, "FLASH_ATTN") == {}  # no fp8 tensor cores
+    launch_bound = "launch/scheduling-bound: many gaps between kernels (CUDA graphs, larger batches)"
+    assert profile_changes({}, H200, launch_bound, "FLASH_ATTN") == {}  # the audit's changes cover it
+    assert profile_changes({}, CPU, attention, "CPU_ATTN") == {}
