@@ -28,6 +28,19 @@ def _platform_first_choice(results) -> str | None:
     return None
 
 
+# a max_model_len this many times the workload's P99 request (prompt + output) is worth a question
+MODEL_LEN_SLACK = 4
+
+
+def _p99_request_tokens(results, arm: str) -> float | None:
+    """The P99 of an arm's measured requests' prompt + output tokens (None without them)."""
+    requests = results.requests
+    if not {"arm", "prompt_tokens", "output_tokens"} <= set(requests.columns):
+        return None
+    mine = requests[requests.arm == arm]
+    return float((mine.prompt_tokens + mine.output_tokens).quantile(0.99)) if len(mine) else None
+
+
 ARM_KNOB = "this arm's environment knob"
 
 
@@ -67,8 +80,17 @@ def flags(results, arm: str) -> list[str]:
         out.append(f"torch.compile is off (compile mode {f.get('compile_mode')})")
     first = _platform_first_choice(results)
     used = f.get("attention_backend")
+    requested = f.get("requested_attention_backend")
     if first and used and used != first:
         out.append(f"attention backend {used} is not the platform's first choice {first}")
+    elif isinstance(requested, str) and requested:  # a forced backend: vLLM logs no ranking to compare with
+        out.append(f"attention backend {requested} is set by hand: vLLM's own first choice here shows only in an "
+                   "arm that lets it choose")
+    limit, longest = f.get("max_model_len"), _p99_request_tokens(results, arm)
+    if longest and pd.api.types.is_number(limit) and limit >= MODEL_LEN_SLACK * longest:
+        out.append(f"max_model_len {limit:,.0f} is {limit / longest:.0f}x the workload's P99 request ({longest:,.0f} "
+                   "tokens): vLLM must fit one request of that length in the KV pool to start, and counts its "
+                   "concurrency in them; set it near your longest real request unless longer ones come")
     for name, value in sorted(env.get("tuning_variables", {}).items()):
         if name.endswith("_VERSION"):  # set by the image to describe itself, not a tuning choice
             continue

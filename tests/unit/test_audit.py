@@ -1,4 +1,5 @@
 """The effective-configuration audit on a stored experiment written here (no engine)."""
+import dataclasses
 import json
 
 import pandas as pd
@@ -83,3 +84,18 @@ def test_an_arm_without_results_is_a_clear_error(tmp_path):
     with pytest.raises(BadParameter, match="no complete results"):
         audit.flags(results, "missing")
     assert isinstance(audit.audit_table(results), pd.DataFrame)
+
+
+def test_a_hand_set_backend_and_a_model_length_far_above_the_load_are_flagged(tmp_path):
+    forced = {**CLEAN, "attention_backend": "TRITON_ATTN", "requested_attention_backend": "TRITON_ATTN",
+              "attention_candidates": None, "max_model_len": 8192}
+    results = store(tmp_path, {"current": forced})
+    # the lab measured 500 + 256 token requests (one longer one, above the P99)
+    tokens = pd.DataFrame({"arm": "current", "prompt_tokens": [500] * 199 + [3000], "output_tokens": 256})
+    results = dataclasses.replace(results, requests=tokens)
+    found = audit.flags(results, "current")
+    assert found[0] == ("attention backend TRITON_ATTN is set by hand: vLLM's own first choice here shows only in an "
+                        "arm that lets it choose")
+    assert found[1].startswith("max_model_len 8,192 is 11x the workload's P99 request (756 tokens)")  # not the 3,256
+    near = dataclasses.replace(results, arms=results.arms.assign(max_model_len=2048))
+    assert not any("max_model_len" in f for f in audit.flags(near, "current"))  # under 4x: nothing to question
