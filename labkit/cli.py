@@ -94,10 +94,12 @@ def _diagnose(args) -> None:
     import pandas as pd
 
     import labkit as lk
-    from labkit.diagnose import diagnose, parse_slo
+    from labkit.diagnose import diagnose, parse_slo, user_workload
     from labkit.suite import journal
 
-    found = diagnose(args.launch, lk.Workload.closed_loop(args.requests, args.prompt_len, args.output_len, args.clients),
+    workload = user_workload(args.requests, args.prompt_len, args.output_len, args.clients, prompt_log=args.prompt_log,
+                             output_log=args.output_log, rate=args.rate)
+    found = diagnose(args.launch, workload,
                      model=args.model or lk.default_model(), target=args.target, slo=parse_slo(args.slo),
                      name=args.name, protocol=lk.Protocol(trials=args.trials, warmup_requests=4), progress=False)
     journal.append(found.journal_entries())
@@ -166,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     diag.add_argument("--output-len", type=int, default=800, help="generated tokens per request")
     diag.add_argument("--clients", type=int, default=8, help="requests in flight (closed loop)")
     diag.add_argument("--requests", type=int, default=32, help="requests per trial")
+    diag.add_argument("--prompt-log", default="", metavar="FILE", help="prompt lengths to resample, one per line "
+                      "(in place of --prompt-len)")
+    diag.add_argument("--output-log", default="", metavar="FILE", help="output lengths to resample, one per line "
+                      "(in place of --output-len)")
+    diag.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals at this many requests a second "
+                      "(in place of --clients' closed loop)")
     diag.add_argument("--trials", type=int, default=3)
     diag.add_argument("--target", default="tpot_p50_ms", help="the metric the path is judged on")
     diag.add_argument("--slo", action="append", default=[], metavar="METRIC=LIMIT",

@@ -27,8 +27,20 @@ from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
 from labkit.spec.protocol import Protocol
 from labkit.spec.serve_command import Launch, parse_serve
-from labkit.spec.workload import Workload
+from labkit.spec.workload import Concurrency, Fixed, FromLog, Poisson, Workload
 from labkit.store import Results
+
+
+def user_workload(requests: int, prompt_len: int, output_len: int, clients: int, *, prompt_log: str = "",
+                  output_log: str = "", rate: float = 0.0) -> Workload:
+    """The load a diagnosis measures, as a user describes theirs: fixed lengths or lengths resampled from a log
+    (a file of one length per line, e.g. from the service's access log), and `clients` requests in flight or,
+    with a `rate`, Poisson arrivals at that many requests a second."""
+    if rate < 0:
+        raise BadParameter(f"rate is requests per second (0: a closed loop of `clients`), got {rate}")
+    return Workload(requests, FromLog.read(prompt_log) if prompt_log else Fixed(prompt_len),
+                    FromLog.read(output_log) if output_log else Fixed(output_len),
+                    Poisson(rate) if rate else Concurrency(clients))
 
 
 def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> dict[str, tuple[dict, str]]:

@@ -164,3 +164,15 @@ def test_the_profile_adds_the_changes_it_points_to():
     launch_bound = "launch/scheduling-bound: many gaps between kernels (CUDA graphs, larger batches)"
     assert profile_changes({}, H200, launch_bound, "FLASH_ATTN") == {}  # the audit's changes cover it
     assert profile_changes({}, CPU, attention, "CPU_ATTN") == {}
+
+
+def test_a_users_load_from_length_logs_and_an_arrival_rate(tmp_path):
+    from labkit.diagnose import user_workload
+    (tmp_path / "prompts.txt").write_text("120\n480\n2000\n")
+    load = user_workload(16, 500, 800, 8, prompt_log=str(tmp_path / "prompts.txt"), rate=4.0)
+    assert load.prompt_len == lk.FromLog((120, 480, 2000)) and load.output_len == lk.Fixed(800)
+    assert load.arrival == lk.Poisson(4.0)
+    assert set(load.lengths()[0]) <= {120, 480, 2000}
+    assert user_workload(16, 500, 800, 8) == lk.Workload.closed_loop(16, 500, 800, 8)
+    # an open loop has no fixed concurrency to hold max_num_seqs against
+    assert "default_max_num_seqs" not in candidate_changes({"max_num_seqs": 4}, H200, load)
