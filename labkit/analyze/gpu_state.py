@@ -25,6 +25,8 @@ def state_by_arm(results) -> pd.DataFrame:
         gpu_mem_clock_mhz=("gpu_mem_clock_mhz", "mean"), gpu_temp_max_c=("gpu_temp_max_c", "max"),
         gpu_power_mean_w=("gpu_power_mean_w", "mean"), slowed_trials=("slowed", "sum"),
         slowdowns=("gpu_slowdown", lambda s: ", ".join(sorted({n for v in s.dropna() for n in v.split(", ") if n}))))
+    if "gpu_slowdown_samples_pct" in t:  # recorded since 2026-12-02: how much of the trials the slowdowns held
+        table["slowdown_samples_pct"] = t.groupby(["arm", "load"], sort=False).gpu_slowdown_samples_pct.mean()
     return table.reset_index()
 
 

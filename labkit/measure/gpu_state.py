@@ -18,6 +18,9 @@ SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "softwar
              0x40: "hardware thermal slowdown", 0x80: "hardware power brake", 0x10: "sync boost"}
 
 
+SLOWDOWN_BITS = sum(SLOWDOWNS)
+
+
 def _read(pynvml, handle) -> dict:
     reasons_of = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -40,7 +43,10 @@ def summarize(samples: list[dict]) -> dict:
             "gpu_mem_clock_mhz": sum(s["mem_mhz"] for s in samples) / len(samples),
             "gpu_temp_max_c": max(s["temp_c"] for s in samples),
             "gpu_power_mean_w": sum(s["power_w"] for s in samples) / len(samples),
-            "gpu_slowdown": slowdown_names(reasons)}
+            "gpu_slowdown": slowdown_names(reasons),
+            # how much of the trial the slowdown held: one sample's power-cap bit and a trial spent under the
+            # cap read alike in the bitmask (seen on the H200: every trial "power capped" at 1,978 of 1,980 MHz)
+            "gpu_slowdown_samples_pct": 100 * sum(bool(s["reasons"] & SLOWDOWN_BITS) for s in samples) / len(samples)}
 
 
 def slowdown_names(reasons: int) -> str:

@@ -34,6 +34,10 @@ def fake_nvml(monkeypatch, clocks, reasons=0, fail_reads=False):
     monkeypatch.setattr(gpu, "has_driver", lambda: True)
 
 
+def columns_sample():
+    return {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 60, "power_w": 400.0, "reasons": 0}
+
+
 def test_a_trial_gets_the_clocks_temperature_power_and_slowdowns_nvml_reported(monkeypatch):
     fake_nvml(monkeypatch, [1980, 1700, 1980], reasons=0x1 | 0x20)  # idle is normal, thermal is not
     sampler = gpu_state.GpuStateSampler(interval=0.01)
@@ -45,6 +49,9 @@ def test_a_trial_gets_the_clocks_temperature_power_and_slowdowns_nvml_reported(m
     assert columns["gpu_mem_clock_mhz"] == 3201 and columns["gpu_temp_max_c"] == 61
     assert columns["gpu_power_mean_w"] == 450.0
     assert columns["gpu_slowdown"] == "software thermal slowdown"
+    assert columns["gpu_slowdown_samples_pct"] == 100.0  # every sample held it
+    samples = [{**columns_sample(), "reasons": r} for r in (0x4, 0, 0x1, 0)]
+    assert gpu_state.summarize(samples)["gpu_slowdown_samples_pct"] == 25.0  # idle is no slowdown
 
 
 def test_without_nvml_nothing_is_sampled_and_the_reason_is_kept(monkeypatch):
@@ -89,6 +96,8 @@ def test_the_per_arm_table_counts_slowed_trials():
     table = analysis.state_by_arm(r).set_index("arm")
     assert table.loc["eager", "slowed_trials"] == 1 and table.loc["eager", "slowdowns"] == "software power cap"
     assert table.loc["default", "gpu_sm_clock_mhz"] == 1970 and table.loc["eager", "gpu_temp_max_c"] == 83
+    r.trials = r.trials.assign(gpu_slowdown_samples_pct=[0, 0, 90, 10])  # recorded since 2026-12-02
+    assert analysis.state_by_arm(r).set_index("arm").loc["eager", "slowdown_samples_pct"] == 50
 
 
 def test_a_verdict_on_arms_at_different_clocks_carries_the_caution():
