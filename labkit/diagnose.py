@@ -22,7 +22,7 @@ from labkit.errors import BadParameter
 from labkit.experiment import Experiment
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
-from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.capabilities import has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
 from labkit.spec.protocol import Protocol
@@ -74,8 +74,7 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
         found[f"without_{name}"] = ({**without("environment"), **({"environment": rest} if rest else {})},
                                     f"{name}={value} is set on the command line: it changes vLLM outside its "
                                     "flags, and vLLM's default may be faster")
-    fp8_ready = platform.kind == "cuda" and (capability_tuple(platform.compute_capability) or (0, 0)) >= FP8_MIN
-    if fp8_ready and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
+    if has_fp8_tensor_cores(platform) and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
         found["fp8_kv_cache"] = ({**knobs, "kv_cache_dtype": "fp8"}, "this GPU has fp8 tensor cores: an fp8 KV "
                                  "cache halves the bytes attention reads and doubles the pool's tokens")
     return found
@@ -99,8 +98,7 @@ def profile_changes(knobs: dict, platform: Platform, bottleneck: str, backend_in
             if backend != backend_in_use and backend != knobs.get("attention_backend"):
                 found[f"attention_{backend}"] = ({**knobs, "attention_backend": backend}, f"the profile is "
                                                  f"attention-bound: {backend} in place of {backend_in_use}")
-    fp8_ready = (capability_tuple(platform.compute_capability) or (0, 0)) >= FP8_MIN
-    if bottleneck.startswith("compute-bound") and fp8_ready and not knobs.get("quantization"):
+    if bottleneck.startswith("compute-bound") and has_fp8_tensor_cores(platform) and not knobs.get("quantization"):
         found["fp8_weights"] = ({**knobs, "quantization": "fp8"}, "the profile is at the GEMM limit on a GPU with "
                                 "fp8 tensor cores: fp8 weights halve the bytes and double the rate (they change "
                                 "the model's numerics: check its quality before deploying)")
@@ -250,6 +248,11 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
 
     stored = experiment(arms).store
     resumed = {arm for arm in arms if stored.completed_spec(arm) is not None}  # read back, not started again
+
+    def add_arm(arm, knobs):  # an arm found after the first measurements: the profile's, the combination
+        arms[arm] = knobs
+        if stored.completed_spec(arm) is not None:
+            resumed.add(arm)
     with _variables(launch.variables):
         results = experiment(arms).run(progress=progress, only=["current"])
         if "current" not in results.complete_arms:
@@ -258,10 +261,9 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         profile = current_profile(results)
         used = results.facts("attention_backend").set_index("arm").attention_backend.get("current")
         for arm, (knobs, why) in profile_changes(launch.knobs, platform, profile["bottleneck"], used).items():
-            changes.setdefault(arm, (knobs, why))
-            arms.setdefault(arm, knobs)
-            if stored.completed_spec(arm) is not None:
-                resumed.add(arm)
+            if arm not in changes:
+                changes[arm] = (knobs, why)
+                add_arm(arm, knobs)
         if _meets(results, "current", slo or {}) or not changes:
             outcome = ("the current launch meets the SLO: keep what you have" if changes
                        else "nothing to try: keep what you have")
@@ -274,9 +276,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         if len(helped) > 1:
             # named by what it holds: another run whose noise lets other changes through measures its own
             combined = "+".join(helped)
-            arms[combined] = combine(launch.knobs, [arms[arm] for arm in helped])
-            if stored.completed_spec(combined) is not None:
-                resumed.add(combined)
+            add_arm(combined, combine(launch.knobs, [arms[arm] for arm in helped]))
             about[combined] = {"why": "the changes that helped, together"}
             results = experiment(arms).run(progress=progress, only=[combined])
         best, trades = diagnosis.choose(results, [arm for arm in helped if arm in results.complete_arms],

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from labkit.errors import BadParameter
-from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.capabilities import capability_tuple, has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
 
@@ -109,8 +109,7 @@ def _cpu(hw: Hardware, weights_gib: float) -> tuple[Setting, ...]:
 # name -> (the class in words, does this hardware fit, settings)
 TEMPLATES: dict[str, tuple[str, Callable[[Hardware], bool], Callable[[Hardware, float], tuple[Setting, ...]]]] = {
     "hopper": ("an NVIDIA GPU with fp8 tensor cores and 70 GiB or more (H100, H200, GH200)",
-               lambda hw: hw.kind == "cuda" and (capability_tuple(hw.compute_capability) or (0, 0)) >= FP8_MIN
-               and (hw.memory_gib or 0) >= 70, _hopper),
+               lambda hw: has_fp8_tensor_cores(hw) and (hw.memory_gib or 0) >= 70, _hopper),
     "ampere": ("an NVIDIA GPU of compute capability 8.0 or newer with 40 GiB or more (A100)",
                lambda hw: hw.kind == "cuda" and (capability_tuple(hw.compute_capability) or (0, 0)) >= (8, 0)
                and (hw.memory_gib or 0) >= 40, _ampere),

@@ -45,7 +45,7 @@ def summarize(samples: list[dict]) -> dict:
             "gpu_power_mean_w": sum(s["power_w"] for s in samples) / len(samples),
             "gpu_slowdown": slowdown_names(reasons),
             # how much of the trial the slowdown held: one sample's power-cap bit and a trial spent under the
-            # cap read alike in the bitmask (seen on the H200: every trial "power capped" at 1,978 of 1,980 MHz)
+            # cap read alike in the bitmask (seen on the H200: every trial "power capped", one arm at a mean 1,978 MHz and 198 W)
             "gpu_slowdown_samples_pct": 100 * sum(bool(s["reasons"] & SLOWDOWN_BITS) for s in samples) / len(samples)}
 
 

@@ -28,6 +28,11 @@ def capability_tuple(compute_capability: str | None) -> tuple[int, int] | None:
     return (int(found[0]), int(found[1])) if len(found) >= 2 else None
 
 
+def has_fp8_tensor_cores(hardware) -> bool:
+    """Whether a platform or hardware profile (its `kind` and `compute_capability`) is a GPU with fp8 tensor cores."""
+    return hardware.kind == "cuda" and (capability_tuple(hardware.compute_capability) or (0, 0)) >= FP8_MIN
+
+
 def unlocks(compute_capability: str | None) -> pd.DataFrame:
     """One row per feature: the compute capability it needs, whether this device has it, and what it means.
     Without a compute capability (a CPU) none is available."""
