@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.files import write_json_atomic
+from labkit.files import write_json_atomic, write_table
 from labkit.measure.environment import tuning_variables
 
 
@@ -142,8 +142,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
                     facts["profile_summary"] = trace_summary(traces[0])
                 except Exception as exc:  # noqa: BLE001
                     facts["profile_summary"] = {"not_analysed": f"{type(exc).__name__}: {exc}"}
-        pd.DataFrame(rows).to_parquet(out / "requests.parquet")
-        pd.DataFrame(trials).to_parquet(out / "trials.parquet")
+        write_table(pd.DataFrame(rows), out / "requests.parquet")
+        write_table(pd.DataFrame(trials), out / "trials.parquet")
         environment = fingerprint()
         environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
                                       if k not in job.user_variables}
