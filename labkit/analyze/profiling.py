@@ -244,7 +244,9 @@ def arm_bottleneck(results, arm: str) -> tuple[str, str]:
         recorded = json.loads(recorded) if isinstance(recorded, str) else {}
         if "bottleneck" in recorded:
             return recorded["bottleneck"], recorded["rule"] + " (from the summary recorded with the arm)"
-        raise BadParameter(f"{missing}; and no summary was recorded with it") from None
+        raise BadParameter(f"{missing}; and no summary was recorded with it (arms measured before summaries were "
+                           "recorded have none): measure the arm again under a new experiment name to profile it"
+                           ) from None
 
 
 def profile_arms(results, top: int = 10) -> dict[str, dict]:

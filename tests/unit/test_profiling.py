@@ -276,5 +276,5 @@ def test_the_bottleneck_outlives_a_trace_too_large_to_keep(tmp_path):
     assert P.arm_bottleneck(results, "kept")[0].startswith("launch/scheduling-bound")  # the trace first
     verdict, rule = P.arm_bottleneck(results, "summarised")
     assert verdict == "compute-bound: recorded" and rule.endswith("(from the summary recorded with the arm)")
-    with pytest.raises(BadParameter, match="no profiler trace.*no summary was recorded"):
+    with pytest.raises(BadParameter, match="no profiler trace.*no summary was recorded.*measure the arm again"):
         P.arm_bottleneck(results, "neither")
