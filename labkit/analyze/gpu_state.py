@@ -8,9 +8,9 @@ import pandas as pd
 COLUMNS = ["gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_mem_clock_mhz", "gpu_temp_max_c", "gpu_power_mean_w"]
 CLOCK_TOLERANCE = 0.05  # mean SM clocks further apart than this are named; boost clocks wander by a few %
 # The power cap is how the GPU runs under load, not a fault of the machine: on the H200 every trial of every
-# arm met it (prefill-heavy loads for 92-98 % of their samples, at SM clocks a fifth below decode's), so naming it made a
-# caution of every verdict. Its effect is the lower clock, which the clock rule names when two arms differ.
-# Heat and the hardware's own slowdowns are the machine moving, and are named whenever they occur.
+# arm met it (prefill-heavy loads for 92-98 % of their samples, at SM clocks a fifth below decode's), so
+# naming it made a caution of every verdict. Its effect is the lower clock, which the clock rule names when
+# two arms differ. Heat and the hardware's own slowdowns are the machine moving: named whenever they occur.
 UNDER_LOAD = {"software power cap"}
 
 
@@ -66,4 +66,4 @@ def run_summary(trials: pd.DataFrame) -> dict:
     if not sampled(trials):
         return {}
     return {"mean SM clock (MHz)": round(float(trials.gpu_sm_clock_mhz.mean())),
-            "trials slowed by the driver": int(trials.gpu_slowdown.map(_drift).astype(bool).sum())}
+            "trials slowed by heat or hardware": int(trials.gpu_slowdown.map(_drift).astype(bool).sum())}

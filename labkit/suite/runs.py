@@ -46,7 +46,7 @@ def gpu_figures(run: str | Path) -> dict:
 def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
     """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides,
     other work on the host when it differs by half a core or more, and the GPUs' mean SM clock during the
-    trials when it differs by more than 5 % or either run had trials the driver slowed."""
+    trials when it differs by more than 5 % or either run had trials slowed by heat or the hardware."""
     def flat(meta: dict) -> dict:
         env = meta["environment"]
         out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
@@ -63,7 +63,7 @@ def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
     if clocks[0] and clocks[1]:
         key = "mean SM clock (MHz)"
         if abs(clocks[1][key] - clocks[0][key]) > gpu_state.CLOCK_TOLERANCE * clocks[0][key] or \
-                clocks[0]["trials slowed by the driver"] or clocks[1]["trials slowed by the driver"]:
+                clocks[0]["trials slowed by heat or hardware"] or clocks[1]["trials slowed by heat or hardware"]:
             for what in clocks[0]:
                 a[f"GPU: {what}"], b[f"GPU: {what}"] = clocks[0][what], clocks[1][what]
     return pd.DataFrame([{"what": k, "baseline": a.get(k), "run": b.get(k)}

@@ -93,7 +93,7 @@ def test_write_table_is_lossless_and_smaller_than_pandas_default(tmp_path):
     back = pd.read_parquet(tmp_path / "lab.parquet")
     assert back.equals(frame) and list(back.dtypes) == list(frame.dtypes)
     assert all(np.array_equal(a, b) for a, b in zip(back["itl_ms"], frame["itl_ms"]))
-    encodings = {pq.ParquetFile(tmp_path / "lab.parquet").metadata.row_group(0).column(i).path_in_schema:
-                 pq.ParquetFile(tmp_path / "lab.parquet").metadata.row_group(0).column(i).encodings for i in range(4)}
+    group = pq.ParquetFile(tmp_path / "lab.parquet").metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
     assert "BYTE_STREAM_SPLIT" in encodings["itl_ms.list.element"] and "BYTE_STREAM_SPLIT" in encodings["ttft_ms"]
     assert (tmp_path / "lab.parquet").stat().st_size < 0.85 * (tmp_path / "default.parquet").stat().st_size

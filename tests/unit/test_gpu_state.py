@@ -91,7 +91,7 @@ def test_clocks_apart_or_a_slowed_trial_are_named_and_agreeing_clocks_are_not():
 def test_the_power_cap_alone_is_how_the_gpu_runs_under_load_and_shows_through_the_clock():
     capped = trials([1980, 1975], [1970, 1980], "software power cap")
     assert analysis.caution(capped, "default", "eager") is None
-    assert analysis.run_summary(capped)["trials slowed by the driver"] == 0
+    assert analysis.run_summary(capped)["trials slowed by heat or hardware"] == 0
     both = analysis.caution(trials([1980, 1980], [1980, 1980], "software power cap, software thermal slowdown"),
                             "default", "eager")
     assert both == "eager: 1 of 2 trials slowed by the driver (software thermal slowdown)"
