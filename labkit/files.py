@@ -35,10 +35,10 @@ def write_json_atomic(path: Path, data) -> None:
 
 
 def write_table(frame, path: Path) -> None:
-    """Write a DataFrame as parquet, compressed for evidence that travels and is committed: zstd at its
-    highest level over floats split into byte streams (per-token times are random low bits, which the
-    default snappy and dictionary pages barely shrink; the H200 stores took half the space). Lossless: the
-    table reads back equal."""
+    """Write a DataFrame as parquet, compressed for evidence that travels and is committed: zstd level 19
+    over floats split into byte streams, without dictionary pages (per-token times are mostly random low bits:
+    one H200 request table took 3.81 MB as pandas writes it, 1.80 MB so). Lossless: the table reads back
+    equal."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

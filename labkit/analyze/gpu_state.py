@@ -8,15 +8,20 @@ import pandas as pd
 COLUMNS = ["gpu_sm_clock_mhz", "gpu_sm_clock_min_mhz", "gpu_mem_clock_mhz", "gpu_temp_max_c", "gpu_power_mean_w"]
 CLOCK_TOLERANCE = 0.05  # mean SM clocks further apart than this are named; boost clocks wander by a few %
 # The power cap is how the GPU runs under load, not a fault of the machine: on the H200 every trial of every
-# arm met it (prefill-heavy loads for 92-98 % of their samples, at SM clocks a fifth below decode's), so
+# arm met it (prefill-heavy loads for 92-98 % of their samples, at SM clocks 13-20 % below decode's), so
 # naming it made a caution of every verdict. Its effect is the lower clock, which the clock rule names when
 # two arms differ. Heat and the hardware's own slowdowns are the machine moving: named whenever they occur.
 UNDER_LOAD = {"software power cap"}
 
 
+def _names(slowdown) -> set[str]:
+    """The slowdowns one trial recorded (a comma-separated text, or nothing)."""
+    return {n for n in slowdown.split(", ") if n} if isinstance(slowdown, str) else set()
+
+
 def _drift(slowdown) -> set[str]:
     """The slowdowns among one trial's recorded ones that say the machine moved (not the power cap)."""
-    return {n for n in slowdown.split(", ") if n and n not in UNDER_LOAD} if isinstance(slowdown, str) else set()
+    return _names(slowdown) - UNDER_LOAD
 
 
 def sampled(trials: pd.DataFrame) -> bool:
@@ -34,7 +39,7 @@ def state_by_arm(results) -> pd.DataFrame:
         gpu_sm_clock_mhz=("gpu_sm_clock_mhz", "mean"), gpu_sm_clock_min_mhz=("gpu_sm_clock_min_mhz", "min"),
         gpu_mem_clock_mhz=("gpu_mem_clock_mhz", "mean"), gpu_temp_max_c=("gpu_temp_max_c", "max"),
         gpu_power_mean_w=("gpu_power_mean_w", "mean"), slowed_trials=("slowed", "sum"),
-        slowdowns=("gpu_slowdown", lambda s: ", ".join(sorted({n for v in s.dropna() for n in v.split(", ") if n}))))
+        slowdowns=("gpu_slowdown", lambda s: ", ".join(sorted(set().union(*s.map(_names))))))
     if "gpu_slowdown_samples_pct" in t:  # recorded since 2026-12-02: how much of the trials the slowdowns held
         table["slowdown_samples_pct"] = t.groupby(["arm", "load"], sort=False).gpu_slowdown_samples_pct.mean()
     return table.reset_index()
