@@ -36,16 +36,27 @@ _FAILURE_CAUSES = [  # (cause, pattern in the log), most specific first
 ]
 
 
+def _error_lines(log_text: str) -> list[str]:
+    """The log's error lines. Warnings such as "X is not supported, falling back" are not causes."""
+    return [line for line in log_text.splitlines() if "ERROR" in line or re.search(r"(?:Error|Exception)\b", line)]
+
+
+def _known_cause(log_text: str) -> tuple[str, str] | None:
+    """The most specific known cause found in the error lines, and the first line that shows it."""
+    errors = _error_lines(log_text)
+    for cause, pattern in _FAILURE_CAUSES:
+        for line in errors:
+            if re.search(pattern, line, re.IGNORECASE):
+                return cause, line
+    return None
+
+
 def classify_failure(log_text: str, exitcode: int | None, timed_out: bool) -> str:
     """A short cause a user can act on, from the worker's exit and its log."""
     if timed_out:
         return "timeout"
-    # Only error lines count: warnings such as "X is not supported, falling back" are not causes.
-    errors = "\n".join(line for line in log_text.splitlines()
-                       if "ERROR" in line or re.search(r"(?:Error|Exception)\b", line))
-    for cause, pattern in _FAILURE_CAUSES:
-        if re.search(pattern, errors, re.IGNORECASE):
-            return cause
+    if found := _known_cause(log_text):
+        return found[0]
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -74,11 +85,19 @@ def read_log(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+_EXCEPTION_LINE = re.compile(r"^.*\b(?:[A-Z]\w*Error|\w*Exception|OutOfMemoryError): .+$", re.MULTILINE)
+
+
 def failure_summary(log_text: str, lines: int = LOG_TAIL_LINES) -> str:
-    """The first root-cause error line (vLLM prints it well above the end of its log), then the tail."""
-    root = re.search(r"^.*\b(?:[A-Z]\w*Error|Exception|OutOfMemoryError): .+$", log_text, re.MULTILINE)
+    """The root-cause line, then the log's tail. vLLM prints the cause well above the end of its log, and
+    its processes write to one log in an order a busy machine changes: the root cause is the line that
+    shows the classified cause, else the last exception a traceback ended with (an earlier "...Error" line
+    may be a warning from a library, such as oneDNN's), never merely the first such line."""
+    found = _known_cause(log_text)
+    exceptions = [m.group(0) for m in _EXCEPTION_LINE.finditer(log_text)]
+    root = found[1] if found else (exceptions[-1] if exceptions else None)
     tail = "\n".join(log_text.splitlines()[-lines:])
-    return (f"root cause: {root.group(0).strip()}\n...\n" if root else "") + tail
+    return (f"root cause: {root.strip()}\n...\n" if root else "") + tail
 
 
 def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> ArmOutcome:

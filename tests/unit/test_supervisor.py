@@ -112,3 +112,23 @@ def test_run_arm_records_an_occupied_gpu_as_the_cause_before_any_process_starts(
     assert outcome.status == "failed" and outcome.cause == "gpu_occupied"
     assert "GPU 1: 70.0 GiB" in outcome.log_tail and "nvidia-smi" in outcome.log_tail
     assert not (tmp_path / "arm" / "engine.log").exists()  # no worker, no engine
+
+
+def test_the_root_cause_is_the_classified_error_not_the_first_error_like_line():
+    # a busy machine interleaves the processes' output: a library's warning that names an error can come first
+    log = "\n".join(
+        ["(EngineCore pid=1) W oneDNN: primitive creation fell back: UnimplementedError: jit kernel, using ref"]
+        + ["(MainProcess) INFO waiting"] * 3
+        + ["(EngineCore pid=1) ERROR [core.py:1] ValueError: To serve at least one request with the model's max "
+           "seq len (4096), (0.5 GiB KV cache is needed, which is larger than the available KV cache memory"]
+        + ["(MainProcess) INFO shutdown line"] * 60)
+    assert classify_failure(log, 1, False) == "kv_cache_too_small"
+    first = failure_summary(log).splitlines()[0]
+    assert first.startswith("root cause: ") and "available KV cache memory" in first and "oneDNN" not in first
+
+
+def test_an_unknown_failure_quotes_the_exception_its_traceback_ended_with():
+    log = "\n".join(["W lib: SomethingError: only a warning", "Traceback (most recent call last):",
+                     '  File "x.py", line 1', "RuntimeError: worker died for a reason nobody classified"])
+    assert classify_failure(log, 1, False) == "engine_error"
+    assert failure_summary(log).splitlines()[0] == "root cause: RuntimeError: worker died for a reason nobody classified"
