@@ -62,7 +62,9 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
                        report: str | None = None) -> int:
     """Compare a suite run with its baseline (the pinned run and its replicates unless named), write the report,
     print the verdicts; the exit status."""
-    from labkit.suite.baseline import baseline_runs, caution, compare_runs
+    import pandas as pd
+
+    from labkit.suite.baseline import DAMAGED, baseline_runs, caution, compare_runs
     from labkit.suite.runs import environment_diff, suite_meta
     from labkit.present.report import write_report
 
@@ -77,6 +79,8 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
         if len(bases) == 1:
             print("  one baseline run: its intervals hold the noise within one engine only; add replicates of it "
                   "with `labkit baseline RUN --replicate` to judge against the noise between runs")
+        for row in comparison[comparison.verdict == DAMAGED].itertuples():
+            print(f"  DAMAGED {row.experiment}{'' if pd.isna(row.arm) else ' ' + row.arm}: {row.note}")
         for row in comparison[comparison.verdict == "regression"].itertuples():
             print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
                   if isinstance(row.change, float) else f"  REGRESSION {row.experiment} {row.arm}: {row.note}")
@@ -85,6 +89,13 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
     else:
         print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
     print(f"report: {write_report(run, comparison, env_diff, statuses, report)}")
+    damaged = [s for s in statuses if s["status"] == "damaged"]
+    for status in damaged:
+        print(f"  DAMAGED {status['error']}")
+    if damaged or (comparison is not None and (comparison.verdict == DAMAGED).any()):
+        print("labkit: some stored files cannot be read (DAMAGED above): the rest is judged, but the run as a whole "
+              "is not; restore the files from where the run was made, or rerun those experiments", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if comparison is not None and (comparison.verdict == "regression").any():
         return EXIT_REGRESSION
     return EXIT_NOTEBOOK_FAILED if any(s["status"] != "ok" for s in statuses) else 0
@@ -211,11 +222,15 @@ def main(argv: list[str] | None = None) -> int:
             from labkit.suite.journal import read
             import pandas as pd
             entries = read()
-            if entries.empty:
+            if entries.empty and not entries.attrs["damaged"]:
                 print("the journal is empty: each `labkit suite` run appends its conclusions to it")
-            else:
+            elif not entries.empty:
                 with pd.option_context("display.max_colwidth", 80, "display.width", 200):
                     print(entries[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
+            if entries.attrs["damaged"]:
+                print("labkit: these journal lines cannot be read and are not shown:\n  "
+                      + "\n  ".join(entries.attrs["damaged"]), file=sys.stderr)
+                return EXIT_BAD_INPUT
         else:
             from labkit.suite.parameters import parameters_for
             params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}

@@ -294,6 +294,9 @@ def load(name: str, root: str | Path | None = None) -> Results:
     (status "damaged", the file and what to do in `cause`): one damaged arm leaves the others readable."""
     store = ExperimentStore(name, root)
     if not (store.path / "experiment.json").exists():
+        if (store.path / "arms").is_dir():
+            raise DamagedStore(f"{store.path / 'experiment.json'} is missing beside the stored arms: the experiment "
+                               f"cannot be read; move {store.path} away to measure it again")
         raise BadParameter(f"no stored experiment {name!r} under {store.path.parent}")
     spec = read_record(store.path / "experiment.json")
     rows, requests, trials, environment = [], [], [], {}

@@ -17,7 +17,8 @@ import pandas as pd
 
 from labkit import settings
 from labkit.analyze import slo, stats
-from labkit.errors import BadParameter
+from labkit.errors import BadParameter, LabkitError
+from labkit.suite.runs import experiments_under
 from labkit.present import plots
 from labkit.present.tables import cell, coloured
 from labkit.store import Results, load
@@ -32,8 +33,6 @@ def result_roots() -> dict[str, Path]:
     return {label: folder for label, folder in found.items() if any(folder.glob("*/experiment.json"))}
 
 
-def experiments_in(root: Path) -> list[str]:
-    return sorted(p.parent.name for p in Path(root).glob("*/experiment.json"))
 
 
 def only_arms(results: Results, arms: list[str]) -> Results:
@@ -97,10 +96,10 @@ class Explorer:
             raise BadParameter("no stored results to explore: run an experiment (its results go under data/results/) "
                                "or pass roots={'label': folder}")
         holding = [label for label, folder in self.roots.items()
-                   if experiment is None or experiment in experiments_in(folder)]
+                   if experiment is None or experiment in experiments_under(folder)]
         if not holding:  # a named experiment opens the first results that hold it
             raise BadParameter(f"no stored experiment {experiment!r} in {list(self.roots)}; stored there: "
-                               f"{sorted({e for f in self.roots.values() for e in experiments_in(f)})}")
+                               f"{sorted({e for f in self.roots.values() for e in experiments_under(f)})}")
         self.table = self.figure = self.answer = None
         self._quiet, self._timeline, self._slo_unset = False, False, False
         self._shown: dict[tuple, tuple] = {}  # what a selection showed: moving the SLO or window reuses it
@@ -129,15 +128,27 @@ class Explorer:
         return load(self.experiment.value, self.roots[label or self.root.value])
 
     def _pick_root(self, experiment: str | None = None):
-        names = experiments_in(self.roots[self.root.value])
+        names = experiments_under(self.roots[self.root.value])
         self._quiet = True
         self.experiment.options = names
         self._quiet = False
+        if not names:
+            self._say(f"no stored experiment in {self.roots[self.root.value]}: pick other results")
+            return
         self.experiment.value = experiment if experiment in names else names[0]
         self._pick_experiment()
 
     def _pick_experiment(self):
-        results = self.results()
+        try:
+            results = self.results()
+        except LabkitError as exc:  # one damaged experiment among many: say so, the others stay a pick away
+            self._quiet, self.arms.options, self._quiet = True, (), False
+            self._say(f"{self.experiment.value} cannot be read: {exc}")
+            return
+        if not results.complete_arms:
+            self._quiet, self.arms.options, self._quiet = True, (), False
+            self._say(f"{self.experiment.value}: no complete arm to show", results.facts("cause"))
+            return
         self._quiet = True
         self.arms.options = results.complete_arms
         self.arms.value = tuple(results.complete_arms)
@@ -172,9 +183,13 @@ class Explorer:
         if key not in self._shown:
             summary = stats.summarize(part, [self.metric.value])
             table = values_table(part, self.metric.value, reference).assign(results=self.root.value)
-            if self.beside.value != NONE and self.experiment.value in experiments_in(self.roots[self.beside.value]):
-                other = self.results(self.beside.value)
-                arms = [a for a in order if a in other.complete_arms]
+            if self.beside.value != NONE and self.experiment.value in experiments_under(self.roots[self.beside.value]):
+                try:
+                    other = self.results(self.beside.value)
+                except LabkitError as exc:  # the comparison side cannot be read: named in the table, not a crash
+                    other, table = None, pd.concat([table, pd.DataFrame([{"arm": "", "verdict": f"cannot be read: {exc}",
+                                                                          "results": self.beside.value}])])
+                arms = [a for a in order if a in other.complete_arms] if other is not None else []
                 if arms:
                     other = only_arms(other, arms)
                     other = other.select(self.load.value) if self.load.value in other.loads else other
@@ -198,6 +213,17 @@ class Explorer:
         else:
             self.answer = None
         self._show()
+
+    def _say(self, sentence: str, table: pd.DataFrame | None = None):
+        """Replace what was shown with a sentence (and a table): nothing of the previous pick stays on screen."""
+        from IPython.display import display
+        self.table = table
+        self.figure = self.answer = None
+        self.out.clear_output(wait=True)
+        with self.out:
+            print(sentence)
+            if table is not None:
+                display(table)
 
     def _show(self):
         from IPython.display import display

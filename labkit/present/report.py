@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit.suite.baseline import caution
-from labkit.suite.runs import experiments, suite_meta
+from labkit.suite.baseline import DAMAGED, caution
+from labkit.suite.runs import readable, suite_meta
 from labkit.files import make_portable
-from labkit.store import load
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
 font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}.regression{background:#f8d0d0}
@@ -31,7 +30,7 @@ def _figure(fig) -> str:
 def _verdict_table(comparison: pd.DataFrame) -> str:
     if comparison is None or comparison.empty:
         return "<p>No baseline for this hardware yet: pin this run with <code>labkit baseline RUN</code>.</p>"
-    order = {"regression": 0, "missing in this run": 1, "improvement": 2, "new: no baseline": 3}
+    order = {DAMAGED: 0, "regression": 1, "missing in this run": 2, "improvement": 3, "new: no baseline": 4}
     table = comparison.assign(_o=comparison.verdict.map(order).fillna(9)).sort_values("_o").drop(columns="_o")
     rows = []
     for row in table.itertuples(index=False):
@@ -70,8 +69,10 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
         parts.append("<h2>Notebooks</h2>" + pd.DataFrame(statuses).to_html(index=False))
     if env_diff is not None and not env_diff.empty:
         parts.append("<h2>What changed in the environment</h2>" + env_diff.to_html(index=False))
-    for name in experiments(run):
-        results = load(name, run / "results")
+    found, damaged = readable(run)
+    for name, why in damaged.items():
+        parts.append(f"<h2>{html.escape(name)}</h2><p class='regression'>Cannot be read: {html.escape(why)}</p>")
+    for name, results in found.items():
         parts.append(f"<h2>{html.escape(name)}</h2>" + results.facts("cause").to_html(index=False))
         if not results.complete_arms:
             continue

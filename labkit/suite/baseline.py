@@ -21,12 +21,13 @@ from labkit import settings
 from labkit.errors import BadParameter, DamagedStore, StoreConflict
 from labkit.analyze.stats import VERDICT_METRICS, compare_groups, groups, metric, point, t_quantile
 from labkit.analyze.stats import verdict as stats_verdict
-from labkit.store import ExperimentStore, check_name, load, read_record, spec_hash
+from labkit.store import ExperimentStore, check_name, read_record, spec_hash
 from labkit.files import write_json_atomic
-from labkit.suite.runs import experiments, suite_meta
+from labkit.suite.runs import readable, suite_meta
 
 _VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
             "too few trials": "too few trials to judge"}
+DAMAGED = "damaged: not judged"  # a stored file that cannot be read: named in the row's note
 
 
 def pin(run: str | Path, root: Path | None = None, replicate: bool = False) -> Path:
@@ -85,21 +86,34 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
                                f"{here['hardware_key']}: compare a run only with a baseline of the same hardware")
     baseline, replicas = references[0], references[1:]
     rows = []
-    names = sorted(set(experiments(run)) | set(experiments(baseline)))
-    for name in names:
-        if name not in experiments(run) or name not in experiments(baseline):
-            rows.append({"experiment": name, "verdict": "missing in this run" if name not in experiments(run)
+    (now_all, now_damaged), (base_all, base_damaged) = readable(run), readable(baseline)
+    replica_all = [(r, *readable(r)) for r in replicas]
+    for name in sorted(set(now_all) | set(now_damaged) | set(base_all) | set(base_damaged)):
+        # a file that cannot be read is named, never judged: it would read as a regression or as new
+        unreadable = [(side, damaged[name]) for side, damaged in
+                      [("this run", now_damaged), ("the baseline", base_damaged)]
+                      + [(f"replicate {r.name}", damaged) for r, _, damaged in replica_all] if name in damaged]
+        if unreadable:
+            rows += [{"experiment": name, "verdict": DAMAGED, "note": f"{side}: {why}"} for side, why in unreadable]
+            continue
+        if name not in now_all or name not in base_all:
+            rows.append({"experiment": name, "verdict": "missing in this run" if name not in now_all
                          else "new: no baseline"})
             continue
-        now, base = load(name, Path(run) / "results"), load(name, baseline / "results")
-        if not base.complete_arms:
+        now, base = now_all[name], base_all[name]
+        damaged_arms = set()
+        for side, results in (("this run", now), ("the baseline", base)):
+            for arm in results.arms[results.arms.status == "damaged"].itertuples():
+                damaged_arms.add(arm.arm)
+                rows.append({"experiment": name, "arm": arm.arm, "verdict": DAMAGED, "note": f"{side}: {arm.cause}"})
+        if not base.complete_arms and not damaged_arms:
             rows.append({"experiment": name, "verdict": "new: no baseline", "note": "no arm completed in the baseline"})
         for arm in base.complete_arms:
-            if arm not in now.complete_arms:
+            if arm not in now.complete_arms and arm not in damaged_arms:
                 rows.append({"experiment": name, "arm": arm, "verdict": "regression",
                              "note": "complete in the baseline, not in this run"})
         now_loads = dict(now.per_load())
-        replica_loads = [(r, dict(load(name, r / "results").per_load())) for r in replicas if name in experiments(r)]
+        replica_loads = [(r, dict(found[name].per_load())) for r, found, _ in replica_all if name in found]
         for load_name, b in base.per_load():
             n = now_loads.get(load_name)
             if n is None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import settings
-from labkit.suite.runs import experiments
-from labkit.store import load
+from labkit.errors import DamagedStore
+from labkit.suite.runs import readable
 
 
 def journal_path() -> Path:
@@ -24,8 +24,7 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
     from labkit.analyze import stats
 
     entries, now = [], _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    for name in experiments(run):
-        results = load(name, Path(run) / "results")
+    for name, results in readable(run)[0].items():  # compare names the experiments that cannot be read
         if not results.complete_arms:
             continue
         base = results.reference_arm
@@ -50,6 +49,10 @@ def append(entries: list[dict]) -> pd.DataFrame:
     files them also shows what it filed."""
     path = journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:  # a line cut short (a full disk, a kill) must not swallow the next entry
+        f.seek(0, 2)
+        if f.tell() and (f.seek(-1, 2), f.read(1))[1] != b"\n":
+            f.write(b"\n")
     with open(path, "a") as f:
         for entry in entries:
             f.write(json.dumps(entry, default=str) + "\n")
@@ -57,8 +60,30 @@ def append(entries: list[dict]) -> pd.DataFrame:
 
 
 def read() -> pd.DataFrame:
-    """The journal as a DataFrame, one row per entry (empty, with its columns, when there is no journal yet)."""
+    """The journal as a DataFrame, one row per entry (empty, with its columns, when there is no journal yet).
+    Lines that cannot be read are left out and named in the table's attrs["damaged"] ("line N: why")."""
     path = journal_path()
+    columns = ["when_utc", "experiment", "load", "change", "metric", "conclusion", "evidence"]
     if not path.exists():
-        return pd.DataFrame(columns=["when_utc", "experiment", "load", "change", "metric", "conclusion", "evidence"])
-    return pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+        return pd.DataFrame(columns=columns)
+    try:
+        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        raise DamagedStore(f"{path} cannot be read ({type(exc).__name__}: {exc})") from None
+    entries, damaged = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            entry, why = None, f"not JSON ({exc.msg})"
+        else:
+            why = None if isinstance(entry, dict) else "not a journal entry"
+        if why:
+            damaged.append(f"{path} line {number}: {why}")
+        else:
+            entries.append(entry)
+    table = pd.DataFrame(entries).reindex(columns=list(dict.fromkeys(columns + [k for e in entries for k in e])))
+    table.attrs["damaged"] = damaged
+    return table

@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 from labkit import settings
-from labkit.errors import BadParameter
+from labkit.errors import BadParameter, DamagedStore
 from labkit.spec.knobs import check_knobs
 from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
 from labkit.files import make_portable, portable, without_widget_state, write_json_atomic
+from labkit.store import read_record
 
 NOTEBOOKS = settings.NOTEBOOKS
 
@@ -116,7 +117,9 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     hardware = hardware_key()
     if run_dir:
         run = Path(run_dir)
-        meta = json.loads((run / "suite.json").read_text())
+        if not (run / "suite.json").exists():
+            raise BadParameter(f"{run} is not a suite run (no suite.json): name a folder `labkit suite` made")
+        meta = read_record(run / "suite.json", "profile", "notebooks")
         if overrides and overrides != meta.get("overrides", {}):
             raise BadParameter(f"{run} was started with overrides {meta.get('overrides', {})}; a resumed run keeps "
                                "them: start a new run for other overrides")
@@ -138,7 +141,7 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     bar = tqdm(notebooks, desc="suite", unit="notebook", disable=not progress)
     for nb in bar:
         status_file = run / f"{_slug(nb)}.status.json"
-        if status_file.exists() and json.loads(status_file.read_text())["status"] == "ok":
+        if status_file.exists() and _status(status_file) == "ok":  # a damaged record runs the notebook again
             continue
         bar.set_postfix_str(nb.name)
         started, error = time.monotonic(), None
@@ -159,6 +162,20 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     return run
 
 
+def _status(path: Path) -> str:
+    try:
+        return read_record(path, "status")["status"]
+    except DamagedStore:
+        return "damaged"
+
+
 def statuses(run: str | Path) -> list[dict]:
-    """The status.json records of a suite run's notebooks, in file-name order."""
-    return [json.loads(p.read_text()) for p in sorted(Path(run).glob("*.status.json"))]
+    """The status.json records of a suite run's notebooks, in file-name order; one that cannot be read is a
+    record of status "damaged" that names the file."""
+    found = []
+    for path in sorted(Path(run).glob("*.status.json")):
+        try:
+            found.append(read_record(path, "notebook", "status"))
+        except DamagedStore as exc:
+            found.append({"notebook": path.name.removesuffix(".status.json"), "status": "damaged", "error": str(exc)})
+    return found

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from labkit.analyze import gpu_state
-from labkit.errors import BadParameter
-from labkit.store import load, read_record
+from labkit.errors import BadParameter, DamagedStore
+from labkit.store import Results, load, read_record
 
 
 def suite_meta(run: str | Path) -> dict:
@@ -22,8 +22,27 @@ def suite_meta(run: str | Path) -> dict:
 
 def experiments(run: str | Path) -> list[str]:
     """The names of the experiments the run stored."""
-    root = Path(run) / "results"
-    return sorted(p.parent.name for p in root.glob("*/experiment.json")) if root.exists() else []
+    return experiments_under(Path(run) / "results")
+
+
+def experiments_under(results: str | Path) -> list[str]:
+    """The names of the experiments stored in a results folder: its folders with an experiment record or
+    arms (arms without a record are a damaged experiment, which `readable` names, not a missing one)."""
+    root = Path(results)
+    return sorted(p.name for p in root.iterdir()
+                  if (p / "experiment.json").exists() or (p / "arms").is_dir()) if root.is_dir() else []
+
+
+def readable(run: str | Path) -> tuple[dict[str, Results], dict[str, str]]:
+    """The run's experiments that can be read, by name, and for each one that cannot, what is wrong with it:
+    one damaged experiment leaves the others readable."""
+    found, damaged = {}, {}
+    for name in experiments(run):
+        try:
+            found[name] = load(name, Path(run) / "results")
+        except DamagedStore as exc:
+            damaged[name] = str(exc)
+    return found, damaged
 
 
 HOST_LOAD = "host: other processes' busy cores during trials"
@@ -32,14 +51,14 @@ HOST_LOAD = "host: other processes' busy cores during trials"
 def other_cores(run: str | Path) -> float | None:
     """The mean over the run's trials of the cores kept busy by processes outside the engine (None when no
     trial recorded it: runs made before it was measured)."""
-    values = pd.concat([load(name, Path(run) / "results").trials.get("host_other_cores", pd.Series(dtype=float))
-                        for name in experiments(run)] or [pd.Series(dtype=float)]).dropna()
+    values = pd.concat([results.trials.get("host_other_cores", pd.Series(dtype=float))
+                        for results in readable(run)[0].values()] or [pd.Series(dtype=float)]).dropna()
     return round(float(values.mean()), 1) if len(values) else None
 
 
 def gpu_figures(run: str | Path) -> dict:
     """The run's GPU clocks and slowed trials over all its experiments (empty where none were sampled)."""
-    trials = [load(name, Path(run) / "results").trials for name in experiments(run)]
+    trials = [results.trials for results in readable(run)[0].values()]
     return gpu_state.run_summary(pd.concat(trials)) if trials else {}
 
 
