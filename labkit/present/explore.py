@@ -100,7 +100,7 @@ class Explorer:
         if not holding:  # a named experiment opens the first results that hold it
             raise BadParameter(f"no stored experiment {experiment!r} in {list(self.roots)}; stored there: "
                                f"{sorted({e for f in self.roots.values() for e in experiments_under(f)})}")
-        self.table = self.figure = self.answer = None
+        self.table = self.figure = self.answer = self.message = None
         self._quiet, self._timeline, self._slo_unset = False, False, False
         self._shown: dict[tuple, tuple] = {}  # what a selection showed: moving the SLO or window reuses it
         self.root = w.Dropdown(options=list(self.roots), value=holding[0], description="results")
@@ -217,7 +217,7 @@ class Explorer:
     def _say(self, sentence: str, table: pd.DataFrame | None = None):
         """Replace what was shown with a sentence (and a table): nothing of the previous pick stays on screen."""
         from IPython.display import display
-        self.table = table
+        self.table, self.message = table, sentence
         self.figure = self.answer = None
         self.out.clear_output(wait=True)
         with self.out:
@@ -227,6 +227,7 @@ class Explorer:
 
     def _show(self):
         from IPython.display import display
+        self.message = None
         self.out.clear_output(wait=True)
         with self.out:
             if self.answer:
