@@ -254,7 +254,12 @@ class Experiment:
             else:
                 trials.set_postfix_str(event["stage"])
         workdir = self.store.new_workdir(arm)
-        outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress)
+        try:
+            outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress)
+        except KeyboardInterrupt:  # the engine is down (run_arm's finally); what it logged is kept for the next run
+            trials.close()
+            self.store.keep_interrupted(arm, workdir)
+            raise
         trials.close()
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if outcome.status == "complete":

@@ -34,6 +34,20 @@ def write_json_atomic(path: Path, data) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def new_folder(parent: Path, name: str) -> Path:
+    """A folder made for this caller alone: parent/name, or name-2, name-3, ... when another run (started in
+    the same second, say) made that one first. mkdir either creates or fails, so two callers never share."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        folder = parent / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent} holds {name} and 9,999 numbered variants of it")
+
+
 def write_table(frame, path: Path) -> None:
     """Write a DataFrame as parquet, compressed for evidence that travels and is committed: zstd level 19
     over floats split into byte streams, without dictionary pages (per-token times are mostly random low bits:

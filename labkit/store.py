@@ -27,10 +27,14 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import settings
-from labkit.files import make_portable, write_json_atomic
+from labkit.files import make_portable, new_folder, write_json_atomic
 from labkit.errors import BadParameter, DamagedStore, StoreConflict, StoreUnwritable
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
+
+
+INTERRUPTED = ("interrupted: the run that measured this arm ended (a signal, a kill or a crash) before it could "
+               "record the arm; the engine log up to then is kept here")
 
 
 def check_name(name: str, what: str) -> str:
@@ -146,8 +150,8 @@ class ExperimentStore:
         with _writing(f"the failure of arm {arm!r}", workdir):
             write_json_atomic(workdir / "failure.json", meta)
             make_portable(workdir)
-            target = self.path / "failures" / f"{arm}-{_utc_stamp()}"
-            target.parent.mkdir(parents=True, exist_ok=True)
+            # two failures of an arm in one second get two folders; a rename replaces only an empty folder
+            target = new_folder(self.path / "failures", f"{arm}-{_utc_stamp()}")
             os.rename(workdir, target)
         return target
 
@@ -159,16 +163,33 @@ class ExperimentStore:
             write_json_atomic(target, meta)
 
     def clean_work(self) -> list[Path]:
-        """Remove the work folders of runs that died (they hold no complete result and are never resumed from);
-        a folder whose run is alive stays. Returns what was removed."""
-        removed = []
+        """Clear the work folders of runs that died (they hold no complete result and are never resumed from);
+        a folder whose run is alive stays. One that holds an engine log becomes a failure record of its arm
+        (cause "interrupted"), so a run ended by a signal or a kill still shows what its engine said. Returns
+        the folders cleared."""
+        cleared = []
         for work in sorted((self.path / ".work").glob("*")):
-            match = re.search(r"-(\d+)-[0-9a-f]{8}$", work.name)
-            if match and _alive(int(match.group(1))) and int(match.group(1)) != os.getpid():
+            match = re.search(r"^(.+)-(\d+)-[0-9a-f]{8}$", work.name)
+            if match and _alive(int(match.group(2))) and int(match.group(2)) != os.getpid():
                 continue
-            shutil.rmtree(work, ignore_errors=True)
-            removed.append(work)
-        return removed
+            if match and (work / "engine.log").is_file():
+                self.keep_interrupted(match.group(1), work)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+            cleared.append(work)
+        return cleared
+
+    def keep_interrupted(self, arm: str, work: Path) -> None:
+        """Record an attempt whose run ended before its outcome was known as a failure of cause "interrupted",
+        with the engine log's root cause and tail."""
+        from labkit.measure.supervisor import failure_summary, read_log
+
+        try:
+            self.record_failure(arm, work, {"arm": arm, "cause": INTERRUPTED, "log_tail": failure_summary(
+                read_log(work / "engine.log")), "recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(
+                timespec="seconds")})
+        except StoreUnwritable:  # it stays in .work/ for a later run; the measurement was never complete
+            pass
 
 
 @contextlib.contextmanager

@@ -36,8 +36,14 @@ def pin(run: str | Path, root: Path | None = None, replicate: bool = False) -> P
     run = Path(run)
     meta = suite_meta(run)
     hardware = meta["hardware_key"]
+    try:  # read from the run's own files: it must not lead the copy out of the baselines folder
+        check_name(hardware, "hardware")
+        check_name(run.resolve().name, "run")
+    except BadParameter as exc:
+        raise DamagedStore(f"{run / 'suite.json'}: {exc}; a baseline is pinned only under "
+                           f"{root or settings.current().baselines_dir}/<hardware>/<run>") from None
     root = Path(root or settings.current().baselines_dir)
-    target = root / hardware / run.name
+    target = root / hardware / run.resolve().name
     if target.exists():
         raise StoreConflict(f"{target} exists already; baselines are never overwritten")
     if replicate:

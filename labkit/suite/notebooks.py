@@ -21,7 +21,7 @@ from labkit import settings
 from labkit.errors import BadParameter, DamagedStore
 from labkit.spec.knobs import check_knobs
 from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
-from labkit.files import make_portable, portable, without_widget_state, write_json_atomic
+from labkit.files import make_portable, new_folder, portable, without_widget_state, write_json_atomic
 from labkit.store import read_record
 
 NOTEBOOKS = settings.NOTEBOOKS
@@ -132,8 +132,7 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
             check_parameters(nb, parameters_for(profile, nb))
         check_overrides(overrides, notebooks)
         stamp = utc_stamp()
-        run = settings.current().runs_dir / f"{stamp}-{hardware}"
-        run.mkdir(parents=True)
+        run = new_folder(settings.current().runs_dir, f"{stamp}-{hardware}")  # two suites in one second: two runs
         write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
                                                "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
                                                "overrides": overrides, "environment": fingerprint()})
