@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 import labkit as lk
+from labkit.store import INTERRUPTED, ExperimentStore
 
 pytestmark = pytest.mark.engine
 
@@ -147,6 +148,14 @@ def test_ending_the_parent_leaves_no_engine_process(tmp_path, how):
         _, alive = psutil.wait_procs(tree, timeout=30)
         alive = [p.pid for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not alive, f"processes of the arm left running after the parent ended: {alive}"
+        # what the engine logged survives: at once for Ctrl-C, at the next run's clean-up for a kill
+        store = ExperimentStore("parent", tmp_path)
+        with store.lock():
+            store.clean_work()
+        arms = lk.load("parent", tmp_path).arms.set_index("arm")
+        assert arms.loc["eager", "status"] == "failed" and arms.loc["eager", "cause"] == INTERRUPTED
+        (kept,) = (tmp_path / "parent" / "failures").iterdir()
+        assert (kept / "engine.log").stat().st_size > 0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
