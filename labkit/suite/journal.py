@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from labkit import settings
+from labkit.redact import redact
 from labkit.suite.runs import experiments
 from labkit.store import load
 
@@ -46,10 +47,11 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
 
 
 def append(entries: list[dict]) -> pd.DataFrame:
-    """Append the entries to the journal, one JSON line each; they come back as a table, so a notebook that
-    files them also shows what it filed."""
+    """Append the entries to the journal, one JSON line each, secrets redacted; they come back as a table (as
+    filed), so a notebook that files them also shows what it filed."""
     path = journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    entries = redact(entries)
     with open(path, "a") as f:
         for entry in entries:
             f.write(json.dumps(entry, default=str) + "\n")
