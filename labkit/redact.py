@@ -40,8 +40,11 @@ _QUOTED = r"\"[^\"]*\"|'[^']*'"
 _ASSIGNMENT = re.compile(rf"(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=({_QUOTED}|[^\s'\",;&)}}\]]+)")
 # --flag value and --flag=value (a command line)
 _FLAG = re.compile(rf"(?<![\w-])(--[A-Za-z][\w-]*)(=|\s+)(?!-)({_QUOTED}|[^\s'\"]+)")
-# "name": "value" and 'name': 'value' (JSON, a dict's repr; also JSON inside a JSON string, its quotes escaped)
-_PAIR = re.compile(r"(\\?[\"'])([A-Za-z_][\w.-]*)\1(\s*:\s*)(?:(\\?[\"'])((?:(?!\4).)*)\4|([^\s,}\]\"'\\]+))")
+# "name": "value" and 'name': 'value' (JSON, a dict's repr; also JSON inside a JSON string, its quotes escaped).
+# Keys are found alone and values read after them, so a value holding JSON of its own is searched too.
+_KEY = re.compile(r"(\\?[\"'])([A-Za-z_][\w.-]*)\1\s*:\s*")
+_VALUE = re.compile(r"(\\?[\"'])((?:(?!\1).)*)\1|([^\s,}\]\"'\\]+)")
+_PLAIN = {"true", "false", "True", "False", "null", "None"}  # a flag such as hf_token=True holds no secret
 
 
 @functools.lru_cache(maxsize=4096)
@@ -112,14 +115,21 @@ def _redact_text(text: str, literals: list[str]) -> str:
                            else m.group(0), text)
     text = _FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{_quote_like(m.group(3))}" if secret_name(m.group(1))
                      else m.group(0), text)
+    return _redact_pairs(text)
 
-    def pair(m):
-        if not secret_name(m.group(2)):
-            return m.group(0)
-        value = f"{m.group(4)}{REDACTED}{m.group(4)}" if m.group(4) is not None else (
-            m.group(6) if m.group(6) in ("true", "false", "True", "False", "null", "None") else REDACTED)
-        return f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{value}"
-    return _PAIR.sub(pair, text)
+
+def _redact_pairs(text: str) -> str:
+    out, last = [], 0
+    for key in _KEY.finditer(text):
+        if key.start() < last or not secret_name(key.group(2)):
+            continue
+        value = _VALUE.match(text, key.end())
+        if not value or value.group(3) in _PLAIN:
+            continue
+        quote = value.group(1)
+        out += [text[last:key.end()], f"{quote}{REDACTED}{quote}" if quote is not None else REDACTED]
+        last = value.end()
+    return "".join(out) + text[last:]
 
 
 def redact(obj, secrets=()):

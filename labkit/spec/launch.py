@@ -57,7 +57,9 @@ def _where_secrets_go(variables: list[str], args: list[str], context: str) -> st
     if not variables and not args:
         return ""
     where = [f"set {', '.join(variables)} in your shell"] if variables else []
-    where += [f"add {'--' + name.replace('_', '-') if context == 'serve' else name} with its value" for name in args]
+    # the flag comes last: "--hf-token VALUE" is what redaction looks for, so nothing may follow it but a ";"
+    where += [f"add its value after {'--' + name.replace('_', '-') if context == 'serve' else name + '='}"
+              for name in args]
     return f"{'; ' if context == 'offline' else '  # '}secrets are not shown: {'; '.join(where)}"
 
 
