@@ -8,6 +8,13 @@ import sys
 from pathlib import Path
 
 
+def _print(*values, **kwargs) -> None:
+    """print, secrets redacted: whatever the lab prints (tables, launch lines, errors) may quote one."""
+    from labkit.redact import redact_text
+
+    print(*(redact_text(str(v)) for v in values), **kwargs)
+
+
 def _value(text: str):
     """Parameters arrive as text; numbers, booleans, None and JSON become Python values."""
     try:
@@ -75,23 +82,23 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
         env_diff = environment_diff(run, bases[0])
         counts = comparison.verdict.value_counts().to_dict()
         replicas = f" and {len(bases) - 1} replicate run(s)" if len(bases) > 1 else ""
-        print(f"against {bases[0]}{replicas}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        _print(f"against {bases[0]}{replicas}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
         if len(bases) == 1:
-            print("  one baseline run: its intervals hold the noise within one engine only; add replicates of it "
+            _print("  one baseline run: its intervals hold the noise within one engine only; add replicates of it "
                   "with `labkit baseline RUN --replicate` to judge against the noise between runs")
         for row in comparison[comparison.verdict == DAMAGED].itertuples():
-            print(f"  DAMAGED {row.experiment}{'' if pd.isna(row.arm) else ' ' + row.arm}: {row.note}")
+            _print(f"  DAMAGED {row.experiment}{'' if pd.isna(row.arm) else ' ' + row.arm}: {row.note}")
         for row in comparison[comparison.verdict == "regression"].itertuples():
-            print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
+            _print(f"  REGRESSION {row.experiment} {row.load} {row.arm} {row.metric}: {row.change:+.1%}"
                   if isinstance(row.change, float) else f"  REGRESSION {row.experiment} {row.arm}: {row.note}")
         if warning := caution(comparison):
-            print(f"  CAUTION {warning}")
+            _print(f"  CAUTION {warning}")
     else:
-        print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
-    print(f"report: {write_report(run, comparison, env_diff, statuses, report)}")
+        _print("no pinned baseline for this hardware: pin this run with `labkit baseline RUN`")
+    _print(f"report: {write_report(run, comparison, env_diff, statuses, report)}")
     damaged = [s for s in statuses if s["status"] == "damaged"]
     for status in damaged:
-        print(f"  DAMAGED {status['error']}")
+        _print(f"  DAMAGED {status['error']}")
     if damaged or (comparison is not None and (comparison.verdict == DAMAGED).any()):
         print("labkit: some stored files cannot be read (DAMAGED above): the rest is judged, but the run as a whole "
               "is not; restore the files from where the run was made, or rerun those experiments", file=sys.stderr)
@@ -115,13 +122,13 @@ def _diagnose(args) -> None:
                      name=args.name, protocol=lk.Protocol(trials=args.trials, warmup_requests=4), progress=False)
     journal.append(found.journal_entries())
     with pd.option_context("display.max_colwidth", 60, "display.width", 200):
-        print(found.launch.table().to_string(index=False))
-        print("audit: " + ("; ".join(found.flags) or "nothing to question"))
+        _print(found.launch.table().to_string(index=False))
+        _print("audit: " + ("; ".join(found.flags) or "nothing to question"))
         if not found.ranked.empty:
-            print(found.ranked.drop(columns=["why"]).round(3).to_string(index=False))
-        print(found.path.round(3).to_string(index=False))
-    print(found.cost())
-    print(f"recommended: {found.recommended_command()}")
+            _print(found.ranked.drop(columns=["why"]).round(3).to_string(index=False))
+        _print(found.path.round(3).to_string(index=False))
+    _print(found.cost())
+    _print(f"recommended: {found.recommended_command()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,18 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "env":
             from labkit.measure.environment import fingerprint
-            print(json.dumps(fingerprint(), indent=2))
+            _print(json.dumps(fingerprint(), indent=2))
         elif args.command == "suite":
             from labkit.suite import journal, notebooks as suite_mod
             from labkit.suite.runs import suite_meta
             overrides = suite_mod.parse_overrides(args.override)
             run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides)
             journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
-            print(f"suite run: {run}")
+            _print(f"suite run: {run}")
             return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))
         elif args.command == "baseline":
             from labkit.suite.baseline import pin as pin_run
-            print(f"{'added as a replicate' if args.replicate else 'pinned'}: {pin_run(args.run, replicate=args.replicate)}")
+            _print(f"{'added as a replicate' if args.replicate else 'pinned'}: {pin_run(args.run, replicate=args.replicate)}")
         elif args.command == "compare":
             from labkit.suite.notebooks import statuses
             return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             from labkit import settings
             from labkit.present.lab import lab_command
             argv_lab = lab_command(settings.ROOT, port=args.port, root_user=os.geteuid() == 0)
-            print("JupyterLab on the lab's root, opened on notebooks/: open the http://127.0.0.1:...token=... "
+            print("JupyterLab on the lab's root, opened on notebooks/: open the http://127.0.0.1:...token=... "  # fixed text
                   "address it prints below; committed evidence (data/baselines/) opens read-only", flush=True)
             os.execv(argv_lab[0], argv_lab)
         elif args.command == "journal":
@@ -223,34 +230,34 @@ def main(argv: list[str] | None = None) -> int:
             import pandas as pd
             entries = read()
             if entries.empty and not entries.attrs["damaged"]:
-                print("the journal is empty: each `labkit suite` run appends its conclusions to it")
+                _print("the journal is empty: each `labkit suite` run appends its conclusions to it")
             elif not entries.empty:
                 with pd.option_context("display.max_colwidth", 80, "display.width", 200):
-                    print(entries[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
+                    _print(entries[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
             if entries.attrs["damaged"]:
-                print("labkit: these journal lines cannot be read and are not shown:\n  "
+                _print("labkit: these journal lines cannot be read and are not shown:\n  "
                       + "\n  ".join(entries.attrs["damaged"]), file=sys.stderr)
                 return EXIT_BAD_INPUT
         else:
             from labkit.suite.parameters import parameters_for
             params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
             params.update({name: _value(value) for name, value in args.parameter})
-            print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")
+            _print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")
     except LabkitError as exc:
         if args.debug:
             raise
-        print(f"labkit: {exc}", file=sys.stderr)
+        _print(f"labkit: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except NotebookFailed as exc:
-        print(f"labkit: {exc}", file=sys.stderr)
+        _print(f"labkit: {exc}", file=sys.stderr)
         return EXIT_NOTEBOOK_FAILED
     except KeyboardInterrupt:
-        print("labkit: interrupted; what was complete is kept (a suite resumes with --resume RUN)", file=sys.stderr)
+        _print("labkit: interrupted; what was complete is kept (a suite resumes with --resume RUN)", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # not a case the lab explains yet: one line, the traceback on request
         if args.debug:
             raise
-        print(f"labkit: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
+        _print(f"labkit: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
 

@@ -22,6 +22,7 @@ from labkit.errors import BadParameter
 from labkit.experiment import Experiment
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
+from labkit.redact import redact_text, redacted_repr, secret_name
 from labkit.spec.capabilities import has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
@@ -70,10 +71,12 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
         found["prefix_caching_on"] = (without("enable_prefix_caching"), "prefix caching is off: shared prompt "
                                       "prefixes are computed again for every request")
     for name, value in knobs.get("environment", {}).items():
+        if secret_name(name):  # a credential (VLLM_API_KEY) is not a tuning choice: the launch needs it
+            continue
         rest = {k: v for k, v in knobs["environment"].items() if k != name}
         found[f"without_{name}"] = ({**without("environment"), **({"environment": rest} if rest else {})},
-                                    f"{name}={value} is set on the command line: it changes vLLM outside its "
-                                    "flags, and vLLM's default may be faster")
+                                    redact_text(f"{name}={value} is set on the command line: it changes vLLM "
+                                                "outside its flags, and vLLM's default may be faster"))
     if has_fp8_tensor_cores(platform) and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
         found["fp8_kv_cache"] = ({**knobs, "kv_cache_dtype": "fp8"}, "this GPU has fp8 tensor cores: an fp8 KV "
                                  "cache halves the bytes attention reads and doubles the pool's tokens")
@@ -139,6 +142,8 @@ class Diagnosis:
     engine_starts: int
     outcome: str
     resumed: list[str] = dataclasses.field(default_factory=list)  # arms read back from the store, not measured again
+
+    __repr__ = redacted_repr  # the launch and the recommended knobs hold the command's secrets
 
     def cost(self) -> str:
         """The outcome with what it cost: engines started by this run, and arms read back from the store."""

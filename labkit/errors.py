@@ -1,8 +1,15 @@
 """The user-boundary errors of the lab: each message says what to do next."""
 
 
+from labkit.redact import redact_text
+
+
 class LabkitError(Exception):
-    """Base of every error a lab user is meant to read and act on."""
+    """Base of every error a lab user is meant to read and act on. Its message is redacted: messages quote
+    the values they refuse, and are printed, logged and stored in notebooks."""
+
+    def __init__(self, *args):
+        super().__init__(*(redact_text(a) if isinstance(a, str) else a for a in args))
 
 
 class BadParameter(LabkitError, ValueError):

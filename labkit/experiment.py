@@ -21,6 +21,7 @@ from labkit.errors import BadParameter
 from labkit.files import write_json_atomic
 from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, run_arm
+from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
 from labkit.spec.knobs import ArmPlan, check_knobs, plan_arm
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
@@ -70,6 +71,8 @@ class Experiment:
     arm_timeout_s: float = 1800.0
     results_dir: str | Path | None = None
     platform: Platform = field(default_factory=current_platform)
+
+    __repr__ = redacted_repr  # an arm's environment knob or engine_args may hold a secret
 
     def __post_init__(self):
         check_name(self.name, "experiment")
@@ -178,7 +181,9 @@ class Experiment:
             for key in IMPLIED if defaults else ():
                 value = found.get(key, found.get("error"))
                 row[key] = sizes_text(value) if isinstance(value, list) else value
-            rows.append({**row, "runs_here": plan.not_applicable is None, "why_not": plan.not_applicable})
+            # shown and stored with the notebook: the arm's secrets stay in the plan, not in its table
+            rows.append(redact({**row, "runs_here": plan.not_applicable is None, "why_not": plan.not_applicable},
+                               secret_values(plan.knobs) | secret_values(self.engine_args)))
         return pd.DataFrame(rows)
 
     def _implied(self, engine_args_by_arm: dict[str, dict]) -> dict[str, dict]:

@@ -9,6 +9,8 @@ import re
 import uuid
 from pathlib import Path
 
+from labkit.redact import redact, redact_text
+
 _CHECKOUT = Path(__file__).resolve().parent.parent
 TEXT_SUFFIXES = {".json", ".jsonl", ".ipynb", ".log", ".txt", ".html", ".md"}
 _PORTABLE = [  # (machine path, what is written instead), most specific first
@@ -24,11 +26,12 @@ _PORTABLE = [  # (machine path, what is written instead), most specific first
 ]
 
 
-def write_json_atomic(path: Path, data) -> None:
-    """Write `data` as JSON to `path` through a temporary file in the same folder and an atomic rename."""
+def write_json_atomic(path: Path, data, secrets=()) -> None:
+    """Write `data` as JSON to `path` through a temporary file in the same folder and an atomic rename, its
+    secrets (and `secrets` wherever they appear) redacted: every JSON file the lab stores passes here."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1, default=str))
+        tmp.write_text(redact_text(json.dumps(redact(data, secrets), indent=1, default=str), secrets))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -73,10 +76,11 @@ def portable(text: str) -> str:
     return text
 
 
-def make_portable(*paths: Path) -> list[Path]:
+def make_portable(*paths: Path, secrets=()) -> list[Path]:
     """Rewrite the text files among `paths` and under those that are folders (logs, JSON, notebooks, HTML,
-    and gzipped JSON such as profiler traces) with portable paths and no host name; tables (parquet) hold
-    none. Returns the files changed."""
+    and gzipped JSON such as profiler traces) with portable paths, no host name and no secret (those
+    redact_text finds, and `secrets` wherever they appear: an engine log that echoes an arm's variable);
+    tables (parquet) hold none. Returns the files changed."""
     files = [p for path in map(Path, paths) for p in ([path] if path.is_file() else sorted(path.rglob("*")))]
     changed = []
     for path in files:
@@ -85,7 +89,7 @@ def make_portable(*paths: Path) -> list[Path]:
             continue
         raw = path.read_bytes()
         text = (gzip.decompress(raw) if zipped else raw).decode(errors="surrogateescape")
-        clean = portable(text)
+        clean = redact_text(portable(text), secrets)
         if clean != text:
             data = clean.encode(errors="surrogateescape")
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")

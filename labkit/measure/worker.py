@@ -16,6 +16,7 @@ from pathlib import Path
 
 from labkit.files import write_json_atomic, write_table
 from labkit.measure.environment import tuning_variables
+from labkit.redact import redacted_repr
 
 
 @dataclass
@@ -31,6 +32,8 @@ class ArmJob:
     context: str = "serve"  # the deployment's usage context (labkit.spec.launch.CONTEXTS)
     user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
     arm_variables: dict = field(default_factory=dict)  # the arm's `environment` knob: set in this worker only
+
+    __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
 
 def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:

@@ -13,6 +13,7 @@ import pandas as pd
 from labkit.suite.baseline import DAMAGED, caution
 from labkit.suite.runs import readable, suite_meta
 from labkit.files import make_portable
+from labkit.redact import redact
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
 font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}.regression{background:#f8d0d0}
@@ -55,7 +56,7 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
     if overrides:
         parts.append(f"<p class='regression'><b>Launch overrides forced onto the arms (a SELECTION: prefix "
                      f"limits one to those notebooks):</b> "
-                     f"{html.escape(json.dumps(overrides))}</p>")
+                     f"{html.escape(json.dumps(redact(overrides)))}</p>")  # redacted before escaping hides its quotes
     parts.append("<h2>Verdicts against the baseline</h2>")
     if comparison is not None and (bases := comparison.attrs.get("baselines")):
         bases = ["/".join(Path(b).parts[-2:]) for b in bases]  # <hardware>/<run>: the same on every checkout

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from labkit.errors import BadParameter, NotApplicable
 from labkit.measure.environment import MULTICAST_OFF
 from labkit.measure.platform import Platform, cpu_ranks_problem
+from labkit.redact import redacted_repr
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
@@ -217,6 +218,8 @@ class ArmPlan:
     engine_args: dict = field(default_factory=dict)
     not_applicable: str | None = None
     variables: dict = field(default_factory=dict)  # NCCL_*/VLLM_* for this arm's worker only
+
+    __repr__ = redacted_repr  # the real values stay in the fields, for the worker
 
 
 def check_knobs(knobs: dict, where: str = "arm") -> None:

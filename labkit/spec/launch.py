@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from labkit.errors import BadParameter
+from labkit.redact import redact_text, secret_name
 from labkit.spec.workload import Burst, Mix
 
 CONTEXTS = {  # the lab's name -> vLLM's UsageContext member, and the launch it stands for
@@ -44,14 +45,42 @@ def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> N
                                "arrival=lk.Burst()")
 
 
+def _secret(name: str, value) -> bool:
+    """A setting whose value a shown launch leaves out: a secret name's (not a flag's True), or a token's."""
+    if isinstance(value, str) and redact_text(value) != value:
+        return True
+    return secret_name(name) and value is not None and not isinstance(value, bool)
+
+
+def _where_secrets_go(variables: list[str], args: list[str], context: str) -> str:
+    """What a shown launch says in place of the secrets it leaves out: where to set the real values."""
+    if not variables and not args:
+        return ""
+    where = [f"set {', '.join(variables)} in your shell"] if variables else []
+    # the flag comes last: "--hf-token VALUE" is what redaction looks for, so nothing may follow it but a ";"
+    where += [f"add its value after {'--' + name.replace('_', '-') if context == 'serve' else name + '='}"
+              for name in args]
+    return f"{'; ' if context == 'offline' else '  # '}secrets are not shown: {'; '.join(where)}"
+
+
 def launch_command(context: str, model: str, engine_args: dict, variables: dict | None = None) -> str:
     """The arm as its user would launch it: a `vllm serve` command line (after the arm's own environment
-    variables, as a shell sets them for one command), or the offline `LLM(...)` call."""
+    variables, as a shell sets them for one command), or the offline `LLM(...)` call. A secret (VLLM_API_KEY,
+    hf_token, a token-shaped value) is left out and the line says where to set it: a shown launch is copied
+    and stored, and a `<redacted>` pasted into a shell would set the secret to that text."""
     args = {k: v for k, v in engine_args.items() if k != "model"}
-    assignments = [f"{name}={shlex.quote(value)}" for name, value in (variables or {}).items()]
+    hidden_args = [k for k, v in args.items() if _secret(k, v)]
+    hidden_variables = [k for k, v in (variables or {}).items() if _secret(k, v)]
+    args = {k: v for k, v in args.items() if k not in hidden_args}
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in (variables or {}).items()
+                   if name not in hidden_variables]
+    note = _where_secrets_go(hidden_variables, hidden_args, context)
     if context == "offline":
         listed = "".join(f", {k}={v!r}" for k, v in args.items())
-        return f"LLM(model={model!r}{listed})" + (f"  # with {' '.join(assignments)}" if assignments else "")
+        comment = f"with {' '.join(assignments)}" if assignments else ""
+        if note:
+            comment = f"{comment}{note}" if comment else note[2:]
+        return redact_text(f"LLM(model={model!r}{listed})" + (f"  # {comment}" if comment else ""))
     words = ["vllm", "serve", model]
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
@@ -63,7 +92,7 @@ def launch_command(context: str, model: str, engine_args: dict, variables: dict 
             words += [flag, json.dumps(value)]
         else:
             words += [flag, str(value)]
-    return " ".join([*assignments, shlex.join(words)])
+    return redact_text(" ".join([*assignments, shlex.join(words)])) + note
 
 
 def sizes_text(sizes: list[int]) -> str:

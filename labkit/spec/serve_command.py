@@ -18,6 +18,7 @@ import sys
 from contextlib import redirect_stderr
 
 from labkit.errors import BadParameter
+from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.knobs import ARM_VARIABLE_PREFIXES, KNOBS
 
 # engine arguments that do not change what is measured (where the weights come from, names, logging)
@@ -37,7 +38,10 @@ class Launch:
     unmodelled: dict
     variables: dict
 
+    __repr__ = redacted_repr  # the command as written may carry VLLM_API_KEY=... or --hf-token ...
+
     def table(self):
+        """The launch's settings and where the lab takes each from (secrets redacted: the table is shown)."""
         import pandas as pd
         rows = [{"setting": k, "value": v, "lab": "knob"} for k, v in self.knobs.items() if k != "environment"]
         rows += [{"setting": k, "value": v, "lab": "environment variable on the command line (this launch's arms)"}
@@ -45,7 +49,10 @@ class Launch:
         rows += [{"setting": k, "value": v, "lab": "not reproduced by the lab's arms"} for k, v in self.unmodelled.items()]
         rows += [{"setting": k, "value": v, "lab": "environment variable (set for every arm)"}
                  for k, v in self.variables.items()]
-        return pd.DataFrame(rows, columns=["setting", "value", "lab"])
+        # a row names its setting in a column, not a key: redact its value as {setting: value} would be
+        rows = [{**row, "value": redact({row["setting"]: row["value"]}, secret_values(self.knobs))[row["setting"]]}
+                for row in rows]
+        return pd.DataFrame(redact(rows), columns=["setting", "value", "lab"])
 
 
 def to_knobs(explicit: dict) -> tuple[dict, dict]:
@@ -122,7 +129,7 @@ def _leading_assignments(words: list[str]) -> tuple[dict, str | None]:
     other = sorted(name for name in assigned if not name.startswith(ARM_VARIABLE_PREFIXES))
     if other:
         return assigned, (f"the command sets {', '.join(other)}: the lab reproduces NCCL_* and VLLM_* variables "
-                          "only; set the others in the environment the lab runs in, and leave them off the command")
+                          "only; set the others in your shell (the environment the lab runs in), and leave them off the command")
     return assigned, None
 
 

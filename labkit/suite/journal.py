@@ -11,6 +11,7 @@ import pandas as pd
 from labkit import settings
 from labkit.errors import DamagedStore
 from labkit.suite.runs import readable
+from labkit.redact import redact
 
 
 def journal_path() -> Path:
@@ -45,10 +46,11 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
 
 
 def append(entries: list[dict]) -> pd.DataFrame:
-    """Append the entries to the journal, one JSON line each; they come back as a table, so a notebook that
-    files them also shows what it filed."""
+    """Append the entries to the journal, one JSON line each, secrets redacted; they come back as a table (as
+    filed), so a notebook that files them also shows what it filed."""
     path = journal_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    entries = redact(entries)
     with open(path, "a+b") as f:  # a line cut short (a full disk, a kill) must not swallow the next entry
         f.seek(0, 2)
         if f.tell() and (f.seek(-1, 2), f.read(1))[1] != b"\n":

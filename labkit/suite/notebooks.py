@@ -23,6 +23,7 @@ from labkit.spec.knobs import check_knobs
 from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
 from labkit.files import make_portable, new_folder, portable, without_widget_state, write_json_atomic
 from labkit.store import read_record
+from labkit.redact import REDACTED, redact, redact_text, secret_values
 
 NOTEBOOKS = settings.NOTEBOOKS
 
@@ -120,10 +121,14 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         if not (run / "suite.json").exists():
             raise BadParameter(f"{run} is not a suite run (no suite.json): name a folder `labkit suite` made")
         meta = read_record(run / "suite.json", "profile", "notebooks")
-        if overrides and overrides != meta.get("overrides", {}):
-            raise BadParameter(f"{run} was started with overrides {meta.get('overrides', {})}; a resumed run keeps "
+        stored = meta.get("overrides", {})  # as stored: secrets redacted
+        if overrides and redact(overrides) != stored:
+            raise BadParameter(f"{run} was started with overrides {stored}; a resumed run keeps "
                                "them: start a new run for other overrides")
-        profile, overrides = meta["profile"], meta.get("overrides", {})
+        if not overrides and REDACTED in json.dumps(stored):
+            raise BadParameter(f"{run} was started with overrides that hold a secret, which the lab does not store "
+                               f"({stored}): resume it with the same --override options again")
+        profile, overrides = meta["profile"], overrides or stored
         notebooks = discover(selection or meta["notebooks"])
     else:
         notebooks = discover(selection)  # bad selections, profiles and overrides fail before anything runs
@@ -144,6 +149,7 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
             continue
         bar.set_postfix_str(nb.name)
         started, error = time.monotonic(), None
+        secrets = secret_values(overrides)  # a kernel's output may echo an override's secret without its name
         try:  # the kernel starts with this notebook's settings in its environment
             with settings.exported(suite_settings.replace(launch_overrides=overrides_for(overrides, nb))):
                 papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"),
@@ -151,13 +157,14 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
                                            kernel_name="python3", progress_bar=False)
         except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
             error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
-            bar.write(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}")
+            bar.write(redact_text(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}", secrets))
         executed = run / f"{_slug(nb)}.ipynb"
         if executed.exists():  # tracebacks and logs in its outputs name this machine's paths
-            make_portable(executed)
+            make_portable(executed, secrets=secrets)
             without_widget_state(executed)
         write_json_atomic(status_file, {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
-                                        "error": error and portable(error), "seconds": time.monotonic() - started})
+                                        "error": error and portable(error), "seconds": time.monotonic() - started},
+                          secrets=secrets)
     return run
 
 

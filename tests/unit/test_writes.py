@@ -2,13 +2,11 @@
 say, two suites started in the same second get two runs, and what an interrupted arm's engine logged survives
 the next run's clean-up as a failure record."""
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from labkit import settings
 from labkit.errors import DamagedStore
 from labkit.files import new_folder
 from labkit.store import INTERRUPTED, ExperimentStore, load
