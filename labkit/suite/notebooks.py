@@ -184,4 +184,13 @@ def statuses(run: str | Path) -> list[dict]:
             found.append(read_record(path, "notebook", "status"))
         except DamagedStore as exc:
             found.append({"notebook": path.name.removesuffix(".status.json"), "status": "damaged", "error": str(exc)})
+    try:  # a notebook of the run with no record at all did not finish: never counted as passed
+        listed = read_record(Path(run) / "suite.json", "notebooks")["notebooks"]
+    except DamagedStore:
+        listed = []  # compare names a damaged suite.json itself
+    recorded = {p.name.removesuffix(".status.json") for p in Path(run).glob("*.status.json")}
+    for notebook in listed:
+        if _slug(NOTEBOOKS / notebook) not in recorded:
+            found.append({"notebook": notebook, "status": "not run", "error": "no status record: the run ended "
+                          "before this notebook finished; finish it with `labkit suite --resume RUN`"})
     return found

@@ -115,3 +115,13 @@ def test_the_explorer_on_an_empty_results_folder_says_so(tmp_path):
     explorer = explore.Explorer({"here": run / "results", "empty": tmp_path / "empty"})
     explorer.root.value = "empty"
     assert "no stored experiment" in explorer.message
+
+
+def test_a_notebook_of_the_run_without_a_record_is_not_counted_as_passed(pair, capsys, tmp_path):
+    run, base = pair
+    meta = json.loads((run / "suite.json").read_text())
+    (run / "suite.json").write_text(json.dumps({**meta, "notebooks": ["L1_business/prefix_cache.ipynb"]}))
+    found = notebooks.statuses(run)
+    assert [(s["notebook"], s["status"]) for s in found] == [("L1_business/prefix_cache.ipynb", "not run")]
+    code = cli.main(["compare", str(run), "--baseline", str(base), "--report", str(tmp_path / "r.html")])
+    assert code == cli.EXIT_NOTEBOOK_FAILED
