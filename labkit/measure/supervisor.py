@@ -110,21 +110,36 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
     occupied = occupied_for_multi_gpu(job.engine_args, in_use)
     if occupied:  # refused before vLLM starts: a multi-GPU start beside another process's memory fails obscurely
         return ArmOutcome("failed", workdir, cause="gpu_occupied", log_tail=occupied_note(occupied))
+    shared_before = _shared_segments()
     start = time.monotonic()
     proc.start()
     progress_file, seen, timed_out = workdir / "progress.jsonl", 0, False
+    engine_starting = stored = None  # when the worker had imported what it needs; when its results were safe
     try:
         while proc.is_alive():
             proc.join(0.5)
-            if on_progress and progress_file.exists():
+            if progress_file.exists():
                 events = progress_file.read_text().splitlines()
                 for line in events[seen:]:
-                    on_progress(json.loads(line))
+                    event = json.loads(line)
+                    if engine_starting is None and event.get("stage") == "starting engine":
+                        engine_starting = time.monotonic()
+                    if on_progress:
+                        on_progress(event)
                 seen = len(events)
+            if _stored(workdir / "result.json"):
+                stored = time.monotonic()
+                break  # the results are safe on disk: vLLM's own teardown and its grace period are not waited out
             if time.monotonic() - start > timeout_s:
                 timed_out = True
                 break
     finally:
+        if proc.is_alive() and stored:  # nothing left to save: no grace for vLLM's teardown
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.join(10)
+            # the engine's message queues live in shared memory that its teardown would have unlinked: a kernel
+            # running arm after arm must not collect them until it exits
+            _unlink_segments(_shared_segments() - shared_before)
         if proc.is_alive():  # timeout or the user interrupted: take the engine's processes down too
             _kill_group(proc.pid)
             proc.join(10)
@@ -141,12 +156,24 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
         result = json.loads(result_file.read_text())
         if result["status"] == "complete":
             facts = result["facts"]
+            facts["lifecycle_s"] = lifecycle(start, engine_starting, stored, time.monotonic(), facts.get("init_s"))
             if in_use:
                 facts.update(gpu_gib_in_use_at_start=max(in_use.values()), gpu_memory_freed_s=round(freed_s, 1))
             return ArmOutcome("complete", workdir, seconds=seconds, facts=facts)
     cause = classify_failure(log_text, proc.exitcode, timed_out)
     return ArmOutcome("failed", workdir, cause=cause, log_tail=occupied_note(in_use) + held_note(still_held)
                       + failure_summary(log_text), seconds=seconds)
+
+
+def lifecycle(start: float, engine_starting: float | None, stored: float | None, ended: float,
+              init_s: float | None) -> dict:
+    """Where an arm's wall time went, in seconds (to 0.5 s, the supervisor's polling step): the worker's
+    imports, the engine's start, warm-up and trials (measuring), and ending the processes once the results
+    were stored. The lab's estimate of the time left reads these from earlier arms."""
+    phases = {"worker_imports": engine_starting and engine_starting - start, "engine_start": init_s,
+              "measuring": stored and engine_starting and init_s is not None and stored - engine_starting - init_s,
+              "ending": stored and ended - stored}
+    return {k: round(v, 1) for k, v in phases.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def wait_for_gpu_memory(before: dict[str, float], timeout_s: float = 60.0, poll_s: float = 1.0,
@@ -192,10 +219,63 @@ def occupied_note(in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> 
             "engine left behind by an interrupted run, holds it. Stop it (nvidia-smi lists it) and rerun the arm.\n")
 
 
-def _kill_group(pid: int) -> None:
+def _stored(result_file: Path) -> bool:
+    """The worker has written its result (written atomically: once it exists, it is whole)."""
+    return result_file.exists()
+
+
+SHARED_MEMORY = Path("/dev/shm")
+
+
+def _shared_segments() -> set[str]:
+    """This user's POSIX shared-memory segments of Python's naming (psm_*), as vLLM's message queues make them."""
+    if not SHARED_MEMORY.is_dir():
+        return set()
+    uid = os.getuid()
+    return {p.name for p in SHARED_MEMORY.glob("psm_*") if _owner(p) == uid}
+
+
+def _owner(path: Path) -> int | None:
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
+
+
+def _unlink_segments(names: set[str]) -> None:
+    """Unlink segments made while an arm ran (arms run one at a time, so they were its engine's) and tell the
+    resource tracker, which would otherwise warn of leaks when the kernel exits."""
+    from multiprocessing import resource_tracker
+
+    for name in names:
+        try:
+            (SHARED_MEMORY / name).unlink()
+        except OSError:
+            continue
+        try:
+            resource_tracker.unregister(f"/{name}", "shared_memory")
+        except Exception:  # noqa: BLE001 - the tracker may not know it: nothing to tell
+            pass
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_group(pid: int, grace_s: float = 2.0) -> None:
+    """End a worker's process group: SIGTERM, then SIGKILL for what is left after `grace_s`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
             return
-        time.sleep(2)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:  # a group that is gone needs no second signal, nor the wait
+            time.sleep(0.1)
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return

@@ -32,6 +32,7 @@ class ArmJob:
     context: str = "serve"  # the deployment's usage context (labkit.spec.launch.CONTEXTS)
     user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
     arm_variables: dict = field(default_factory=dict)  # the arm's `environment` knob: set in this worker only
+    compile_cache: str | None = None  # VLLM_CACHE_ROOT for this machine and vLLM version, unless the user set one
 
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
@@ -46,6 +47,10 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
     os.environ.update(job.get("arm_variables") or {})
     job["user_variables"] = tuning_variables()
+    if job.get("compile_cache") and "VLLM_CACHE_ROOT" not in os.environ:  # set after reading: the lab's, not the user's
+        os.environ["VLLM_CACHE_ROOT"] = job["compile_cache"]
+    else:
+        job["compile_cache"] = None
     out = Path(workdir)
     log = open(out / "engine.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors
@@ -109,6 +114,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     if protocol.profile_requests:
         engine_args["profiler_config"] = _profiler_config(out / "profile")
     args, usage_context = engine_launch(engine_args, job.context)
+    cache_was_warm = bool(job.compile_cache) and any(Path(job.compile_cache).glob("torch_compile_cache/*"))
     _progress(out, stage="starting engine")
     started = time.perf_counter()
     engine = AsyncLLM.from_engine_args(args, usage_context=usage_context)
@@ -118,6 +124,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
         facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
         sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
         facts.update(init_s=init_s, context=job.context, usage_context=usage_context.name, sampling=sampling)
+        if job.compile_cache:  # a rerun of a launch on this machine and version may reuse what was compiled
+            facts["compile_cache"] = "warm" if cache_was_warm else "cold"  # warm: an earlier run compiled there
         gpu_state = GpuStateSampler()
         if job.platform_kind == "cuda":  # a GPU whose clocks were not watched says so; a CPU has none to watch
             facts["gpu_state"] = "sampled through NVML" if gpu_state.available else f"not sampled: {gpu_state.why_not}"
@@ -149,7 +157,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
         write_table(pd.DataFrame(trials), out / "trials.parquet")
         environment = fingerprint()
         environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
-                                      if k not in job.user_variables}
+                                      if k not in job.user_variables
+                                      and not (k == "VLLM_CACHE_ROOT" and job.compile_cache)}
         environment["tuning_variables"] = job.user_variables
         environment["arm_variables"] = sorted(job.arm_variables)  # which of them this arm's knob set
         write_json_atomic(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})

@@ -132,3 +132,26 @@ def test_an_unknown_failure_quotes_the_exception_its_traceback_ended_with():
                      '  File "x.py", line 1', "RuntimeError: worker died for a reason nobody classified"])
     assert classify_failure(log, 1, False) == "engine_error"
     assert failure_summary(log).splitlines()[0] == "root cause: RuntimeError: worker died for a reason nobody classified"
+
+
+def test_lifecycle_splits_an_arms_wall_time_into_its_phases():
+    from labkit.measure.supervisor import lifecycle
+
+    assert lifecycle(0.0, 14.0, 50.0, 51.5, 30.0) == {"worker_imports": 14.0, "engine_start": 30.0, "measuring": 6.0,
+                                                     "ending": 1.5}
+    # a worker that never reached its engine: only what is known
+    assert lifecycle(0.0, None, None, 9.0, None) == {}
+
+
+def test_shared_memory_an_ended_engine_left_is_unlinked_and_untracked():
+    from multiprocessing import shared_memory
+
+    from labkit.measure.supervisor import _shared_segments, _unlink_segments
+
+    before = _shared_segments()
+    segment = shared_memory.SharedMemory(create=True, size=4096)
+    made = _shared_segments() - before
+    assert made == {segment.name}
+    segment.close()
+    _unlink_segments(made)
+    assert segment.name not in _shared_segments()

@@ -1,0 +1,93 @@
+"""Time to a verdict: how long the lab makes its user wait, and where the time goes.
+
+    python benchmarks/time_to_verdict.py arms [--arms 2] [--compile] [--trials N|auto] [--out result.json]
+    python benchmarks/time_to_verdict.py notebook NOTEBOOK [--profile cpu-smoke] [--out result.json]
+
+`arms` runs a small experiment of the tiny synthetic model (eager unless --compile) in a fresh results folder
+and reports the wall time, each arm's lifecycle (worker imports, engine start, measuring, ending once the
+results were stored: `lifecycle_s` in the arm's facts), the trials it ran and the host load beside it.
+`notebook` runs one notebook through `labkit run` with a suite profile (papermill, a fresh kernel) and
+reports its wall time. Both print one JSON object (and write it with --out); figures quoted in the README
+come from these commands. Run them on an idle machine: the host load is reported so a busy one is visible.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def host_load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def arms(args) -> dict:
+    import labkit as lk
+
+    names = {f"max_num_seqs={n}": {"max_num_seqs": n} for n in (4, 8, 16, 32)[: args.arms]}
+    base = {} if args.compile else {"enforce_eager": True}
+    trials = args.trials if args.trials == "auto" else int(args.trials)
+    results_dir = Path(args.workdir or tempfile.mkdtemp(prefix="ttv-"))
+    load_before = host_load()
+    started = time.monotonic()
+    exp = lk.Experiment("time-to-verdict", names, lk.Workload(16, lk.Fixed(32), lk.Fixed(16), lk.Burst()),
+                        model="tiny-llama", base=base, protocol=lk.Protocol(trials=trials, warmup_requests=2),
+                        results_dir=results_dir)
+    results = exp.run(progress=False)
+    wall = time.monotonic() - started
+    per_arm = []
+    for row in results.arms.itertuples():
+        facts = row._asdict()
+        lifecycle = facts.get("lifecycle_s")
+        per_arm.append({"arm": row.arm, "status": row.status, "seconds": facts.get("seconds"),
+                        "lifecycle_s": json.loads(lifecycle) if isinstance(lifecycle, str) else lifecycle,
+                        "trials": int(results.trials[results.trials.arm == row.arm].trial.nunique())
+                        if not results.trials.empty else 0})
+    return {"what": "arms", "arms": len(names), "compile": args.compile, "trials": args.trials,
+            "wall_s": round(wall, 1), "per_arm": per_arm, "load_1min_before": load_before,
+            "load_1min_after": host_load(), "cpu_count": os.cpu_count(), "results_dir": str(results_dir)}
+
+
+def notebook(args) -> dict:
+    out = Path(tempfile.mkdtemp(prefix="ttv-nb-"))
+    env = {**os.environ, "LABKIT_RESULTS_DIR": str(out / "results")}
+    load_before = host_load()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "labkit.cli", "run", args.notebook, "--profile", args.profile,
+                           "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    return {"what": "notebook", "notebook": args.notebook, "profile": args.profile, "exit": done.returncode,
+            "wall_s": round(wall, 1), "load_1min_before": load_before, "load_1min_after": host_load(),
+            "cpu_count": os.cpu_count(), "tail": done.stdout[-600:] + done.stderr[-600:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    a = sub.add_parser("arms")
+    a.add_argument("--arms", type=int, default=2, choices=range(1, 5))
+    a.add_argument("--compile", action="store_true", help="keep torch.compile on (the default engine)")
+    a.add_argument("--trials", default="2", help="a number, or auto")
+    a.add_argument("--workdir", help="results folder (default: a new temporary one)")
+    n = sub.add_parser("notebook")
+    n.add_argument("notebook")
+    n.add_argument("--profile", default="cpu-smoke")
+    for p in (a, n):
+        p.add_argument("--out", help="write the JSON here too")
+    args = parser.parse_args()
+    result = arms(args) if args.what == "arms" else notebook(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
