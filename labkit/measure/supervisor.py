@@ -220,8 +220,14 @@ def occupied_note(in_use: dict[str, float], limit_gib: float = OCCUPIED_GIB) -> 
 
 
 def _stored(result_file: Path) -> bool:
-    """The worker has written its result (written atomically: once it exists, it is whole)."""
-    return result_file.exists()
+    """The worker has stored a complete result (written atomically: once it exists, it is whole). A failed one
+    is not ended early: the worker exits by itself, and its engine's last words must reach the log."""
+    if not result_file.exists():
+        return False
+    try:
+        return json.loads(result_file.read_text()).get("status") == "complete"
+    except (OSError, ValueError):
+        return False
 
 
 SHARED_MEMORY = Path("/dev/shm")
