@@ -58,8 +58,11 @@ class EvidenceContentsManager(AsyncLargeFileManager):
         return any(is_within(real, folder) or is_within(folder, real) for folder in self._evidence_folders())
 
     def _refuse(self, path: str, what: str) -> web.HTTPError:
-        return web.HTTPError(403, f"{path or '/'} is or leads to committed evidence ({EVIDENCE}/), which stays "
-                                  f"as it was measured: {what} is refused in the lab; {SAVE_AS}")
+        shown = path.strip("/") or "the lab's root"
+        where = ("is or leads to committed evidence" if self.lies_in_evidence(path)
+                 else "holds committed evidence")
+        return web.HTTPError(403, f"{shown} {where} ({EVIDENCE}/), which stays as it was measured: "
+                                  f"{what} is refused in the lab; {SAVE_AS}")
 
     def is_writable(self, path):
         return not self.lies_in_evidence(path) and super().is_writable(path)
