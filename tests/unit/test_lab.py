@@ -5,7 +5,7 @@ import nbformat
 import pytest
 from tornado import web
 
-from labkit.present.lab import EvidenceContentsManager, is_evidence, lab_command
+from labkit.present.lab import EvidenceContentsManager, lab_command
 
 EVIDENCE = "data/baselines/h200/run.ipynb"
 OWN = "notebooks/mine.ipynb"
@@ -43,9 +43,16 @@ def test_the_users_own_notebooks_save_as_usual(lab_root):
     assert nbformat.read(lab_root / OWN, 4).cells[0].source == "2 + 2"
 
 
-def test_evidence_is_the_baselines_folder_only():
-    assert is_evidence("data/baselines/h200/cuda_graphs.ipynb") and is_evidence("/data/baselines/x")
-    assert not is_evidence("notebooks/data/baselines/x.ipynb") and not is_evidence("data/results/x")
+def test_evidence_is_the_baselines_folder_whatever_the_spelling_and_its_folders_above_hold_it(lab_root):
+    (lab_root / "notebooks" / "linked").symlink_to("../data/baselines")
+    manager = EvidenceContentsManager(root_dir=str(lab_root))
+    for path in (EVIDENCE, "/data/baselines/x", "notebooks/../data/baselines/h200", "data//baselines/./new.ipynb",
+                 "notebooks/linked/h200/run.ipynb", "data/baselines"):
+        assert manager.lies_in_evidence(path) and manager.holds_evidence(path), path
+    for path in ("notebooks/data/baselines/x.ipynb", "data/results/x", "data/baselines.old/x", "data\\baselines\\x"):
+        assert not manager.lies_in_evidence(path) and not manager.holds_evidence(path), path
+    for path in ("data", "", "notebooks/../data"):
+        assert manager.holds_evidence(path) and not manager.lies_in_evidence(path), path
 
 
 def test_the_lab_command_serves_the_root_with_that_manager_and_root_needs_allow_root(tmp_path):
