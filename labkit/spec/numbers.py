@@ -13,35 +13,42 @@ import numbers
 from labkit.errors import BadParameter
 
 
-def number_problem(value, *, integer: bool = False, minimum=None, maximum=None, exclusive_minimum: bool = False,
-                   exclusive_maximum: bool = False, allow_none: bool = False) -> str | None:
-    """What is wrong with `value` as such a number ("must be ..., got ..."), or None. Booleans, text, NaN and
-    infinities are never numbers; `integer` refuses 2.5 and 2.0 alike (a count is given as a whole number)."""
-    if value is None and allow_none:
-        return None
+def wanted(*, integer: bool = False, minimum=None, maximum=None, exclusive_minimum: bool = False,
+           exclusive_maximum: bool = False, allow_none: bool = False) -> str:
+    """Such a number in words: "a whole number >= 1", "a finite number > 0 (or None)"."""
     bounds = []
     if minimum is not None:
         bounds.append(f"{'>' if exclusive_minimum else '>='} {minimum}")
     if maximum is not None:
         bounds.append(f"{'<' if exclusive_maximum else '<='} {maximum}")
-    wanted = ("a whole number" if integer else "a finite number") + (" " + " and ".join(bounds) if bounds else "")
-    wanted += " (or None)" if allow_none else ""
+    words = ("a whole number" if integer else "a finite number") + (" " + " and ".join(bounds) if bounds else "")
+    return words + (" (or None)" if allow_none else "")
+
+
+def number_problem(value, **rules) -> str | None:
+    """What is wrong with `value` as such a number ("must be ..., got ..."), or None; the rules are `wanted`'s
+    keywords. Booleans, text, NaN and infinities are never numbers; `integer` refuses 2.5 and 2.0 alike (a
+    count is given as a whole number)."""
+    integer, minimum, maximum = rules.get("integer", False), rules.get("minimum"), rules.get("maximum")
+    if value is None and rules.get("allow_none"):
+        return None
+    problem = f"must be {wanted(**rules)}, got {value!r}"
     kind = numbers.Integral if integer else numbers.Real
     # numpy's bool is no numbers.Integral, but Python's bool is: refuse both by name
     if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, kind):
-        return f"must be {wanted}, got {value!r}"
+        return problem
     if not math.isfinite(value):
-        return f"must be {wanted}, got {value!r}"
-    if minimum is not None and (value <= minimum if exclusive_minimum else value < minimum):
-        return f"must be {wanted}, got {value!r}"
-    if maximum is not None and (value >= maximum if exclusive_maximum else value > maximum):
-        return f"must be {wanted}, got {value!r}"
+        return problem
+    if minimum is not None and (value <= minimum if rules.get("exclusive_minimum") else value < minimum):
+        return problem
+    if maximum is not None and (value >= maximum if rules.get("exclusive_maximum") else value > maximum):
+        return problem
     return None
 
 
 def check_number(name: str, value, **rules) -> str | None:
     """`number_problem` with the parameter's name in front ("clients must be ...", or None); the rules are
-    number_problem's keywords."""
+    `wanted`'s keywords."""
     problem = number_problem(value, **rules)
     return None if problem is None else f"{name} {problem}"
 
