@@ -14,7 +14,7 @@ from labkit.measure.environment import MULTICAST_OFF
 from labkit.measure.platform import Platform, cpu_ranks_problem
 from labkit.redact import redacted_repr
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
-from labkit.spec.numbers import COUNT, FRACTION, number_problem
+from labkit.spec.numbers import COUNT, FRACTION, check_number, number_problem, raise_problems
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
@@ -293,6 +293,9 @@ def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[
     kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
     with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
     Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
+    raise_problems("pool_arms", [check_number("fitted_max_model_len", fitted_max_model_len, **COUNT)]
+                   + [check_number(f"utilization {u!r}", u, **FRACTION) for u in utilizations]
+                   + [check_number(f"cpu_kv_mib {m!r}", m, **COUNT) for m in cpu_kv_mib])
     if platform.kind == "cuda":
         pools = {f"util={u}": {"gpu_memory_utilization": float(u)} for u in utilizations}
     else:

@@ -9,16 +9,19 @@ import dataclasses
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import labkit as lk
 from labkit import cli, templates
-from labkit.analyze import memory, slo, stats
+from labkit.analyze import memory, request_shape, slo, stats
+from labkit.measure import peaks
+from labkit.present import explore, plots
 from labkit import diagnose
 from labkit.errors import LabkitError
 from labkit.measure.platform import Platform
 from labkit.spec import launch, serve_command
-from labkit.spec.knobs import KNOBS, check_knobs
+from labkit.spec.knobs import KNOBS, check_knobs, pool_arms
 from labkit.spec.numbers import check_number, check_numbers, number_problem
 from labkit.suite import baseline
 
@@ -196,7 +199,26 @@ FUNCTIONS = {
     "fitted quantile": (lambda v: memory.fitted_max_model_len([10, 20], [5, 5], quantile=v), "quantile",
                         "fraction", 0.5),
     "fitted multiple": (lambda v: memory.fitted_max_model_len([10, 20], [5, 5], multiple=v), "multiple", "count", 16),
+    "summary confidence": (lambda v: stats.summarize(UNREAD, ["ttft_p50_ms"], confidence=v), "confidence",
+                           "probability", None),
+    "given memory bandwidth": (lambda v: peaks.detect_peaks(v, 10.0), "mem_bw_gbs", "positive", 100.0),
+    "given GEMM rate": (lambda v: peaks.detect_peaks(100.0, v), "tflops", "positive", 10.0),
+    "CPU peak copy size": (lambda v: peaks.measure_cpu_peaks(v), "size_mib", "count", None),
+    "CPU peak repeats": (lambda v: peaks.measure_cpu_peaks(8, v), "repeats", "count", None),
+    "device peak copy size": (lambda v: peaks.measure_device_peaks(copy_mib=v), "copy_mib", "count0", None),
+    "device peak GEMM size": (lambda v: peaks.measure_device_peaks(gemm_n=v), "gemm_n", "count0", None),
+    "device peak repeats": (lambda v: peaks.measure_device_peaks(repeats=v), "repeats", "count", None),
+    "explorer SLO limit": (lambda v: explore.slo_answer(UNREAD, "tbt_p99_ms", v), "tbt_p99_ms", "positive", None),
+    "batch triangle SLO line": (lambda v: plots.batch_triangle(UNREAD, {}, slo=v), "slo", "positive", None),
+    "prompt cut start": (lambda v: request_shape.cut_table(SWEEP, v, [16]), "current_prompt", "count", 64),
+    "prompt cut": (lambda v: request_shape.cut_table(SWEEP, 64, [v]), "cut", "count", 16),
+    "pool fitted length": (lambda v: pool_arms(CPU, v, [0.5], [64]), "fitted_max_model_len", "count", 1024),
+    "pool utilization": (lambda v: pool_arms(CPU, 1024, [v], [64]), "utilization", "fraction", 0.9),
+    "pool KV MiB": (lambda v: pool_arms(CPU, 1024, [0.5], [v]), "cpu_kv_mib", "count", 128),
 }
+SWEEP = pd.DataFrame({"prompt_tokens": [32, 64, 128], "ttft_p50_ms": [5.0, 8.0, 14.0], "request_s": [9.0, 8.0, 6.0]})
+
+UNREAD = object()  # stands for stored results: an impossible number is refused before they are read
 FUNCTION_CASES = [(case, bad) for case, (_, _, kind, _) in FUNCTIONS.items() for bad in REFUSED[kind]
                   if not isinstance(bad, str) or case not in ("SLO limit (parse_slo)",)]
 
