@@ -316,3 +316,20 @@ def test_an_impossible_slo_limit_on_the_command_line_exits_2(limit, nothing_runs
     assert "tpot_p50_ms" in capsys.readouterr().err
     assert nothing_runs == []
 
+
+
+NOTEBOOK = "notebooks/01_diagnose.ipynb"  # rate is a float parameter there, clients an int one
+# (-Infinity is left out: argparse reads a word starting with "-" that is no number as an option)
+NOTEBOOK_CASES = [("rate", bad) for bad in ("NaN", "Infinity", "-1", "true", '"2"')] + [
+    ("clients", bad) for bad in ("NaN", "Infinity", "-1", "2.5", "true", "2.0")]
+
+
+@pytest.mark.parametrize("name,bad", NOTEBOOK_CASES, ids=[f"{n}={b}" for n, b in NOTEBOOK_CASES])
+def test_an_impossible_notebook_parameter_exits_2_before_any_kernel(name, bad, monkeypatch, capsys, tmp_path):
+    import papermill
+    started = []
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: started.append(a))
+    assert cli.main(["run", NOTEBOOK, "-p", name, bad, "-o", str(tmp_path)]) == cli.EXIT_BAD_INPUT
+    assert f"{name} must be" in capsys.readouterr().err
+    assert started == []
+    assert cli.main(["run", NOTEBOOK, "-p", name, "2", "-o", str(tmp_path)]) == 0 and len(started) == 1
