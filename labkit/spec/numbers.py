@@ -53,11 +53,13 @@ def check_number(name: str, value, **rules) -> str | None:
     return None if problem is None else f"{name} {problem}"
 
 
-def raise_problems(where: str, problems) -> None:
-    """Raise one BadParameter naming every problem found (None entries are no problem); nothing if none."""
+def raise_problems(where: str, problems, most: int | None = None) -> None:
+    """Raise one BadParameter naming every problem found (None entries are no problem), or the first `most`
+    and how many more (a long list's every bad entry would drown the message); nothing if none."""
     found = [p for p in problems if p]
     if found:
-        raise BadParameter(f"{where}: " + "; ".join(found))
+        shown = found if most is None or len(found) <= most else found[:most] + [f"and {len(found) - most} more"]
+        raise BadParameter(f"{where}: " + "; ".join(shown))
 
 
 def check_numbers(where: str, checks: dict[str, tuple]) -> None:

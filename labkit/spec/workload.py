@@ -14,7 +14,7 @@ import numpy as np
 from labkit.errors import BadParameter
 from labkit.spec.models import FIRST_TEXT_ID
 from labkit.spec.numbers import (COUNT, COUNT_OR_ZERO, NON_NEGATIVE, POSITIVE, SEED, check_number, check_numbers,
-                                 number_problem, raise_problems)
+                                 raise_problems)
 from labkit.spec.prompts import Template
 
 
@@ -85,10 +85,8 @@ class FromLog:
                                f"FromLog.read({str(self.values)!r})")
         if not self.values:
             raise BadParameter("FromLog needs a non-empty list of positive whole lengths")
-        problems = [p for i, v in enumerate(self.values) if (p := check_number(f"values[{i}]", v, **COUNT))]
-        # a long log's every bad entry would drown the message: the first few, and how many more
         raise_problems("FromLog needs positive whole lengths",
-                       problems[:5] + ([f"and {len(problems) - 5} more"] if len(problems) > 5 else []))
+                       [check_number(f"values[{i}]", v, **COUNT) for i, v in enumerate(self.values)], most=5)
 
     @classmethod
     def read(cls, path: str | Path) -> "FromLog":
@@ -97,26 +95,24 @@ class FromLog:
             text = Path(path).read_text().split()
         except (OSError, UnicodeDecodeError) as exc:
             raise BadParameter(f"cannot read the length log {path}: {exc}") from None
-        lengths, problems = [], []
-        for line, word in enumerate(text, 1):  # 30.0 is a whole length as exports write it; 2.5 and nan are none
-            try:
-                value = float(word)
-            except ValueError:
-                value = word
-            problem = number_problem(int(value) if isinstance(value, float) and value.is_integer() else value,
-                                     **COUNT)
-            if problem:
-                problems.append(f"entry {line} ({word!r}) {problem.split(', got')[0]}")
-            else:
-                lengths.append(int(value))
-        if problems:
-            raise BadParameter(f"{path}: expected one length per line: " + "; ".join(problems[:5])
-                               + (f"; and {len(problems) - 5} more" if len(problems) > 5 else ""))
-        return cls(tuple(lengths))
+        values = [_length_text(word) for word in text]
+        raise_problems(f"{path}: expected one length per line",
+                       [check_number(f"entry {i}", value, **COUNT) for i, value in enumerate(values, 1)], most=5)
+        return cls(tuple(values))
 
     def sample(self, rng, count):
         """`count` lengths drawn from the logged values, with replacement."""
         return rng.choice(np.asarray(self.values, dtype=np.int64), size=count, replace=True)
+
+
+def _length_text(word: str):
+    """A logged length as a number: 30.0 is the whole length 30 as exports write it; 2.5, nan and text stay as
+    they are, for the number check to refuse."""
+    try:
+        value = float(word)
+    except ValueError:
+        return word
+    return int(value) if value.is_integer() else value
 
 
 Lengths = Fixed | Uniform | LogNormal | FromLog
