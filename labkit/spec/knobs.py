@@ -228,10 +228,8 @@ def check_knobs(knobs: dict, where: str = "arm") -> None:
     unknown = sorted(set(knobs) - set(KNOBS))
     if unknown:
         raise BadParameter(f"{where}: unknown knob(s) {unknown}; known knobs are {sorted(KNOBS)}")
-    problems = [f"{name} {problem} ({KNOBS[name].meaning})" for name, value in knobs.items()
-                if (problem := KNOBS[name].check(value))]
-    if problems:
-        raise BadParameter(f"{where}: " + "; ".join(problems))
+    raise_problems(where, [f"{name} {problem} ({KNOBS[name].meaning})" for name, value in knobs.items()
+                           if (problem := KNOBS[name].check(value))])
     if (knobs.get("enforce_eager") or knobs.get("cuda_graphs") is False) and "cudagraph_capture_sizes" in knobs:
         raise BadParameter(f"{where}: cudagraph_capture_sizes has no effect with CUDA graphs off")
     if knobs.get("enforce_eager") and knobs.get("cuda_graphs") is True:
