@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from labkit.spec.numbers import COUNT, NON_NEGATIVE, check_number, raise_problems
+
 
 def _print(*values, **kwargs) -> None:
     """print, secrets redacted: whatever the lab prints (tables, launch lines, errors) may quote one."""
@@ -131,11 +133,41 @@ def _diagnose(args) -> None:
     _print(f"recommended: {found.recommended_command()}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The `labkit` command line; the exit status: 0, 2 on a lab error, and for `suite` and `compare` 1 on a
-    regression, 3 on a failed notebook."""
-    from labkit.errors import LabkitError
+def number_text(text: str):
+    """A numeric option's text as a number (an int when it is written as one), or the text itself: the options
+    are checked together after parsing (check_options), so one message names every bad one."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
+
+# every numeric option (by its dest): what it must be, in labkit.spec.numbers' rules
+NUMERIC_OPTIONS = {
+    "threshold": NON_NEGATIVE, "port": dict(integer=True, minimum=1, maximum=65535),
+    "prompt_len": COUNT, "output_len": COUNT, "clients": COUNT, "requests": COUNT, "trials": COUNT,
+    "rate": NON_NEGATIVE,
+}
+
+
+def check_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse every impossible numeric option at once (NaN, inf, 2.5 clients, a negative threshold), naming each
+    by its flag, before the command starts anything."""
+    flags = {action.dest: action.option_strings[-1] for action in _subcommand(parser, args.command)._actions
+             if action.option_strings}
+    raise_problems(f"labkit {args.command}", [check_number(flags[dest], getattr(args, dest), **rules)
+                                              for dest, rules in NUMERIC_OPTIONS.items()
+                                              if dest in flags and getattr(args, dest, None) is not None])
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `labkit` command line's parser: every command and option."""
     parser = argparse.ArgumentParser(prog="labkit", description="the vLLM tuning lab; exit status: 0 clean, "
                                      "1 a regression, 2 bad input or unusable data, 3 a notebook failed")
     common = argparse.ArgumentParser(add_help=False)
@@ -163,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                        "suite with one deliberate change")
     suite.add_argument("--baseline", metavar="DIR", action="append", help="compare with this run instead of the "
                        "pinned baseline (repeat it to add replicate runs of the same configuration)")
-    suite.add_argument("--threshold", type=float, default=0.05, help="smallest change that counts (0.05 = 5 %%)")
+    suite.add_argument("--threshold", type=number_text, default=0.05,
+                       help="smallest change that counts (0.05 = 5 %%)")
     pin = command("baseline", help="pin a suite run as the baseline for its hardware")
     pin.add_argument("run")
     pin.add_argument("--replicate", action="store_true", help="add the run to the pinned baseline as one more run "
@@ -172,33 +205,43 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("run")
     cmp.add_argument("--baseline", metavar="DIR", action="append",
                      help="compare with this run (repeat it for replicates) instead of the pinned baseline")
-    cmp.add_argument("--threshold", type=float, default=0.05)
+    cmp.add_argument("--threshold", type=number_text, default=0.05)
     cmp.add_argument("--report", metavar="PATH", help="write the report here instead of RUN/report.html")
     command("journal", help="print the journal: change -> metric -> conclusion")
     lab = command("lab", help="JupyterLab on the project's root, opened on notebooks/ (committed evidence under "
                   "data/baselines/ opens read-only)")
-    lab.add_argument("--port", type=int, help="the port (default: JupyterLab's own choice, 8888 when free)")
+    lab.add_argument("--port", type=number_text, help="the port (default: JupyterLab's own choice, 8888 when free)")
     diag = command("diagnose", help="from a `vllm serve` command to a measured, ranked path of fixes")
     diag.add_argument("launch", help='the command line in quotes, e.g. "vllm serve MODEL --enforce-eager"')
     diag.add_argument("--model", help="what the lab measures in the command's model's place (a synthetic shape "
                       "such as llama3-8b; default: llama3-8b on a GPU, tiny-llama on a CPU)")
-    diag.add_argument("--prompt-len", type=int, default=500, help="prompt tokens per request")
-    diag.add_argument("--output-len", type=int, default=800, help="generated tokens per request")
-    diag.add_argument("--clients", type=int, default=8, help="requests in flight (closed loop)")
-    diag.add_argument("--requests", type=int, default=32, help="requests per trial")
+    diag.add_argument("--prompt-len", type=number_text, default=500, help="prompt tokens per request")
+    diag.add_argument("--output-len", type=number_text, default=800, help="generated tokens per request")
+    diag.add_argument("--clients", type=number_text, default=8, help="requests in flight (closed loop)")
+    diag.add_argument("--requests", type=number_text, default=32, help="requests per trial")
     diag.add_argument("--prompt-log", default="", metavar="FILE", help="prompt lengths to resample, one per line "
                       "(in place of --prompt-len)")
     diag.add_argument("--output-log", default="", metavar="FILE", help="output lengths to resample, one per line "
                       "(in place of --output-len)")
-    diag.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals at this many requests a second "
+    diag.add_argument("--rate", type=number_text, default=0.0, help="Poisson arrivals at this many requests a second "
                       "(in place of --clients' closed loop)")
-    diag.add_argument("--trials", type=int, default=3)
+    diag.add_argument("--trials", type=number_text, default=3)
     diag.add_argument("--target", default="tpot_p50_ms", help="the metric the path is judged on")
     diag.add_argument("--slo", action="append", default=[], metavar="METRIC=LIMIT",
                       help="stop early when the current launch meets it (e.g. tpot_p50_ms=40)")
     diag.add_argument("--name", default="diagnosis", help="results folder under data/results/")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `labkit` command line; the exit status: 0, 2 on a lab error, and for `suite` and `compare` 1 on a
+    regression, 3 on a failed notebook."""
+    from labkit.errors import LabkitError
+
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_options(args, parser)
         if args.command == "env":
             from labkit.measure.environment import fingerprint
             _print(json.dumps(fingerprint(), indent=2))

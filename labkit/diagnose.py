@@ -18,6 +18,7 @@ import os
 import pandas as pd
 
 from labkit.analyze import audit, diagnosis, profiling, roofline, stats
+from labkit.analyze.slo import check_slo_limits
 from labkit.errors import BadParameter
 from labkit.experiment import Experiment
 from labkit.measure.peaks import detect_peaks
@@ -26,6 +27,7 @@ from labkit.redact import redact_text, redacted_repr, secret_name
 from labkit.spec.capabilities import has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
+from labkit.spec.numbers import NON_NEGATIVE, check_numbers
 from labkit.spec.protocol import Protocol
 from labkit.spec.serve_command import Launch, parse_serve
 from labkit.spec.workload import Concurrency, Fixed, FromLog, Poisson, Workload
@@ -37,8 +39,8 @@ def user_workload(requests: int, prompt_len: int, output_len: int, clients: int,
     """The load a diagnosis measures, as a user describes theirs: fixed lengths or lengths resampled from a log
     (a file of one length per line, e.g. from the service's access log), and `clients` requests in flight or,
     with a `rate`, Poisson arrivals at that many requests a second."""
-    if rate < 0:
-        raise BadParameter(f"rate is requests per second (0: a closed loop of `clients`), got {rate}")
+    check_numbers("user_workload (rate is requests per second; 0: a closed loop of `clients`)",
+                  {"rate": (rate, NON_NEGATIVE)})
     return Workload(requests, FromLog.read(prompt_log) if prompt_log else Fixed(prompt_len),
                     FromLog.read(output_log) if output_log else Fixed(output_len),
                     Poisson(rate) if rate else Concurrency(clients))
@@ -206,6 +208,7 @@ def parse_slo(items: list[str]) -> dict[str, float]:
         except ValueError:
             raise BadParameter(f"an SLO is METRIC=LIMIT such as tpot_p50_ms=40; got {item!r}") from None
         stats.metric(name.strip())
+    check_slo_limits(slo)  # float() reads "nan" and "inf" too
     return slo
 
 
@@ -239,6 +242,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
     stats.metric(target)  # an unknown metric fails here, not after the measurements
     for metric_name in slo or {}:
         stats.metric(metric_name)
+    check_slo_limits(slo or {})
     launch = parse_serve(command, os.environ if environ is None else environ)
     platform = current_platform()
     changes = candidate_changes(launch.knobs, platform, workload)

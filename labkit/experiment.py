@@ -28,6 +28,7 @@ from labkit.spec.knobs import ArmPlan, check_knobs, plan_arm
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                                 sizes_text)
 from labkit.spec.models import ModelRef, check_model, resolve_model
+from labkit.spec.numbers import POSITIVE, check_numbers
 from labkit.spec.protocol import Protocol
 from labkit.spec.workload import Mix, Workload
 from labkit.store import ExperimentStore, Results, check_name, load, spec_hash
@@ -87,9 +88,7 @@ class Experiment:
             raise BadParameter(f"model must be a name, a model folder or a hub id (text), got {self.model!r}")
         if self.results_dir is not None and not isinstance(self.results_dir, (str, Path)):
             raise BadParameter(f"results_dir must be a folder path, got {self.results_dir!r}")
-        if isinstance(self.arm_timeout_s, bool) or not isinstance(self.arm_timeout_s, (int, float)) \
-                or self.arm_timeout_s <= 0:
-            raise BadParameter(f"arm_timeout_s must be a positive number of seconds, got {self.arm_timeout_s!r}")
+        check_numbers("Experiment", {"arm_timeout_s": (self.arm_timeout_s, POSITIVE)})
         self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
         if not self.loads or not all(isinstance(w, (Workload, Mix, Conversation)) for w in self.loads.values()):
             raise BadParameter("workload must be a labkit Workload (or Mix, or Conversation), or a non-empty dict of "

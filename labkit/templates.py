@@ -17,6 +17,7 @@ from labkit.errors import BadParameter
 from labkit.spec.capabilities import capability_tuple, has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
+from labkit.spec.numbers import COUNT_OR_ZERO, POSITIVE, check_numbers
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class Hardware:
     compute_capability: str | None = None
     memory_gib: float | None = None
     gpu_count: int = 0
+
+    def __post_init__(self):
+        check_numbers("Hardware", {"memory_gib": (self.memory_gib, dict(POSITIVE, allow_none=True)),
+                                   "gpu_count": (self.gpu_count, COUNT_OR_ZERO)})
 
     @classmethod
     def from_environment(cls, env: dict) -> "Hardware":

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import BadParameter
+from labkit.spec.numbers import COUNT, FRACTION, check_numbers
 from labkit.spec.models import ModelShape
 from labkit.analyze.precision import kv_bytes, weight_bytes
 
@@ -51,9 +52,9 @@ def breakdown(results) -> pd.DataFrame:
 def fitted_max_model_len(prompt_lengths, output_lengths, quantile: float = 0.99, multiple: int = 256) -> int:
     """A max_model_len that covers the real length distribution (its quantile), rounded up, instead of
     the model's maximum: every request slot then reserves what requests really use."""
+    check_numbers("a fitted max_model_len", {"quantile": (quantile, FRACTION), "multiple": (multiple, COUNT)})
     total = np.asarray(prompt_lengths) + np.asarray(output_lengths)
-    if total.size == 0 or not 0 < quantile <= 1:
-        raise BadParameter(f"a fitted max_model_len needs request lengths and a quantile in (0, 1], got {total.size} "
-                           f"lengths and quantile {quantile}")
+    if total.size == 0:
+        raise BadParameter("a fitted max_model_len needs request lengths, got none")
     need = np.quantile(total, quantile)
     return int(np.ceil(need / multiple) * multiple)

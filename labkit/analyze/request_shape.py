@@ -10,6 +10,7 @@ import pandas as pd
 from labkit.analyze.roofline import Peaks, prefill_floor_s
 from labkit.errors import BadParameter
 from labkit.spec.models import ModelShape
+from labkit.spec.numbers import COUNT, check_number, raise_problems
 
 
 def per_token_cost(table: pd.DataFrame, x: str, y: str) -> tuple[float, float]:
@@ -30,6 +31,8 @@ def cut_table(table: pd.DataFrame, current_prompt: int, cuts: list[int]) -> pd.D
     """"Cut the prompt by N tokens" in milliseconds and requests per second, read off the measured prompt
     sweep (TTFT P50 and request/s against prompt_tokens, interpolated between measured lengths): one row
     per cut, from `current_prompt` tokens."""
+    raise_problems("cut_table", [check_number("current_prompt", current_prompt, **COUNT)]
+                   + [check_number(f"cut {cut!r}", cut, **COUNT) for cut in cuts])
     lengths = table.prompt_tokens.to_numpy(float)
     if not (lengths.min() <= current_prompt - max(cuts) and current_prompt <= lengths.max()):
         raise BadParameter(f"the sweep measured prompts of {lengths.min():.0f}..{lengths.max():.0f} tokens; cutting "

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import BadParameter
+from labkit.spec.numbers import COUNT, POSITIVE, check_number, raise_problems
 from labkit.analyze.stats import METRICS, metric
 
 Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low, ci_high)
@@ -48,12 +49,16 @@ def check_slos(slos: dict[str, float]) -> None:
     """Reject an empty set of SLOs, a metric that is not a latency, or a limit that is not positive."""
     if not slos:
         raise BadParameter("give at least one SLO, e.g. {'tbt_p99_ms': 50}")
-    for name, limit in slos.items():
+    for name in slos:
         if not metric(name).lower_is_better:
             raise BadParameter(f"{name} is not a latency (higher is better); SLOs are upper limits on latencies, "
                                f"e.g. {[m for m in METRICS if m.endswith('_ms')][:4]}")
-        if not limit > 0:
-            raise BadParameter(f"SLO {name} must be a positive limit, got {limit!r}")
+    check_slo_limits(slos)
+
+
+def check_slo_limits(slos: dict[str, float]) -> None:
+    """Reject an SLO limit that is not a positive, finite number, naming every one."""
+    raise_problems("SLO limits", [check_number(f"SLO {name}", limit, **POSITIVE) for name, limit in slos.items()])
 
 
 def violations(measurement: Measurement, slos: dict[str, float]) -> list[str]:
@@ -65,9 +70,11 @@ def search(evaluate: Callable[[int], Measurement], grid: list[int], slos: dict[s
     """The largest grid value that meets every SLO, found by binary search and backed off one notch, as an
     SloResult that keeps every measurement taken."""
     check_slos(slos)
-    grid = sorted(set(grid))
-    if not grid or any(not isinstance(v, int) or v < 1 for v in grid):
+    if not grid:
         raise BadParameter(f"the grid must hold positive integers, got {grid!r}")
+    raise_problems("the grid must hold positive integers",
+                   [check_number(f"grid value {v!r}", v, **COUNT) for v in grid])
+    grid = sorted(set(grid))
     measured: dict[int, Measurement] = {}
 
     def fails(index: int) -> list[str]:

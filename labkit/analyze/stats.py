@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import BadParameter
+from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
 from labkit.analyze import gpu_state
 
 N_BOOT = 1000
@@ -116,6 +117,7 @@ def point(data: list[np.ndarray], m: Metric) -> float:
 
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per arm and metric: the value and its confidence interval."""
+    check_numbers("summarize", {"confidence": (confidence, PROBABILITY)})
     names = metrics or SUMMARY_METRICS
     alpha = (1 - confidence) / 2
     rows = []
@@ -161,6 +163,7 @@ def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, th
     A change counts only when the whole CI lies beyond `threshold` (a practical minimum, e.g. 0.05 for
     "more than 5 %"); otherwise the difference is not detectable at this noise.
     """
+    check_numbers("a comparison", {"threshold": (threshold, NON_NEGATIVE), "confidence": (confidence, PROBABILITY)})
     a, b = point(base, m), point(cand, m)
     if m.level == "trial" and min(sum(len(g) for g in base), sum(len(g) for g in cand)) < 2:
         # one trial-level value has no spread to compare against: its "interval" would have zero width

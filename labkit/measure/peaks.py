@@ -17,12 +17,14 @@ from labkit.analyze.roofline import Peaks, gpu_peaks, measured_peaks
 from labkit.files import write_json_atomic
 from labkit.measure.environment import cpu_model, hardware_key
 from labkit.measure.platform import current_platform
+from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, POSITIVE, check_numbers
 
 
 
 @functools.lru_cache(maxsize=1)
 def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
     """Best-of-N array copy (read + write bytes) and fp32 matmul on this CPU."""
+    check_numbers("measure_cpu_peaks", {"size_mib": (size_mib, COUNT), "repeats": (repeats, COUNT)})
     src = np.ones(size_mib * 2**20 // 8)
     dst = np.empty_like(src)
     best = float("inf")
@@ -44,6 +46,8 @@ def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
 def detect_peaks(mem_bw_gbs: float | None = None, tflops: float | None = None) -> Peaks:
     """Peaks of the first GPU (or the CPU): recorded measurements first, then the datasheet, then a quick
     NumPy measurement of the CPU; pass both numbers to override."""
+    check_numbers("detect_peaks", {"mem_bw_gbs": (mem_bw_gbs, dict(POSITIVE, allow_none=True)),
+                                   "tflops": (tflops, dict(POSITIVE, allow_none=True))})
     if mem_bw_gbs and tflops:
         return Peaks("given", mem_bw_gbs, tflops, "given")
     platform = current_platform()
@@ -72,7 +76,10 @@ def measure_device_peaks(copy_mib: int | None = None, gemm_n: int | None = None,
     """This machine's first GPU (or its CPU) measured with torch: memory bandwidth from a device-to-device copy
     (bytes read + written), dense GEMM rates in bf16 and, where the GPU has fp8 tensor cores, fp8 (e4m3 inputs,
     bf16 output, torch._scaled_mm). On a CPU also fp32, the rate torch reaches with all its threads. Sizes
-    default to what saturates each: 2 GiB and n=8192 on a GPU, 256 MiB and n=1024 on a CPU."""
+    default to what saturates each: 2 GiB and n=8192 on a GPU, 256 MiB and n=1024 on a CPU (None or 0)."""
+    check_numbers("measure_device_peaks", {"copy_mib": (copy_mib, dict(COUNT_OR_ZERO, allow_none=True)),
+                                           "gemm_n": (gemm_n, dict(COUNT_OR_ZERO, allow_none=True)),
+                                           "repeats": (repeats, COUNT)})
     import torch
 
     platform = current_platform()

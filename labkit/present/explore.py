@@ -74,6 +74,7 @@ def slo_answer(results: Results, metric_name: str, limit: float, summary: pd.Dat
     """From stored points: the largest batch whose interval of the metric stays within the limit, its goodput
     against every arm's, and the constraint that binds; nothing is measured again (`summary`, the metric's
     stats.summarize, is reused when given: moving the limit then costs no bootstrap)."""
+    slo.check_slo_limits({metric_name: limit})
     batches = triangle_arms(results)
     summary = (summary if summary is not None else stats.summarize(results, [metric_name])).set_index("arm")
     within = [b for arm, b in batches.items() if summary.loc[arm, "ci_high"] <= limit]

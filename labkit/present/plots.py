@@ -14,6 +14,7 @@ import seaborn as sns
 
 from labkit.analyze.stats import METRICS, metric, summarize
 from labkit.errors import BadParameter
+from labkit.spec.numbers import POSITIVE, check_numbers
 
 WIDTH_IN = 10.0  # a JupyterLab notebook's output width at matplotlib's 100 dpi: every figure uses all of it
 
@@ -80,6 +81,7 @@ def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
 def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: float | None = None):
     """Throughput against tail latency, one point per batch setting; settings that preempted are red crosses.
     Points that land on each other share one label ("64 = 128 = default"), so labels never run together."""
+    check_numbers("batch_triangle", {"slo": (slo, dict(POSITIVE, allow_none=True))})
     summary = summarize(results, ["output_tok_s", x]).pivot(index="arm", columns="metric", values="value")
     preempted = results.trials.groupby("arm").preemptions.sum()
     points = [(str(batch), summary.loc[arm, x], summary.loc[arm, "output_tok_s"], preempted.get(arm, 0) > 0)

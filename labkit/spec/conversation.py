@@ -14,7 +14,8 @@ import numpy as np
 
 from labkit.errors import BadParameter
 from labkit.spec.models import FIRST_TEXT_ID
-from labkit.spec.workload import Concurrency, Fixed, FromLog, LogNormal, Request, Uniform, _count, _number
+from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, check_numbers
+from labkit.spec.workload import Concurrency, Fixed, FromLog, LogNormal, Request, Uniform
 
 LENGTHS = (Fixed, Uniform, LogNormal, FromLog)
 
@@ -34,17 +35,14 @@ class Conversation:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("sessions", "turns", "concurrency"):
-            if not _count(getattr(self, name)) or getattr(self, name) < 1:
-                raise BadParameter(f"a Conversation needs {name} >= 1 (a whole number), got {getattr(self, name)!r}")
-        if not _count(self.system) or self.system < 0:
-            raise BadParameter(f"system must be a whole number of tokens >= 0, got {self.system!r}")
+        check_numbers("a Conversation", {"sessions": (self.sessions, COUNT), "turns": (self.turns, COUNT),
+                                         "concurrency": (self.concurrency, COUNT),
+                                         "system": (self.system, COUNT_OR_ZERO),
+                                         "think_time_s": (self.think_time_s, NON_NEGATIVE), "seed": (self.seed, SEED)})
         for name in ("message", "output_len"):
             if not isinstance(getattr(self, name), LENGTHS):
                 raise BadParameter(f"{name} must be a length distribution such as lk.Fixed(64), got "
                                    f"{getattr(self, name)!r}")
-        if not _number(self.think_time_s) or self.think_time_s < 0:
-            raise BadParameter(f"think_time_s must be a number of seconds >= 0, got {self.think_time_s!r}")
 
     @property
     def num_requests(self) -> int:

@@ -14,6 +14,7 @@ from labkit.measure.environment import MULTICAST_OFF
 from labkit.measure.platform import Platform, cpu_ranks_problem
 from labkit.redact import redacted_repr
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.numbers import COUNT, FRACTION, check_number, number_problem, raise_problems
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
@@ -33,8 +34,7 @@ class Knob:
 
 
 def _positive_int(value) -> str | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return None if ok else f"must be a positive integer, got {value!r}"
+    return number_problem(value, **COUNT)
 
 
 def _boolean(value) -> str | None:
@@ -42,9 +42,8 @@ def _boolean(value) -> str | None:
 
 
 def _sizes(value) -> str | None:
-    ok = (isinstance(value, (list, tuple)) and value
-          and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
-    return None if ok else f"must be a non-empty list of positive batch sizes, got {value!r}"
+    ok = (isinstance(value, (list, tuple)) and value and not any(number_problem(v, **COUNT) for v in value))
+    return None if ok else f"must be a non-empty list of positive batch sizes (whole numbers), got {value!r}"
 
 
 def _one_of(options) -> Callable[[Any], str | None]:
@@ -52,8 +51,8 @@ def _one_of(options) -> Callable[[Any], str | None]:
 
 
 def _fraction(value) -> str | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
-    return None if ok else f"must be a fraction in (0, 1], got {value!r}"
+    problem = number_problem(value, **FRACTION)
+    return problem and f"must be a fraction in (0, 1], got {value!r}"
 
 
 def _pass_through(name: str) -> Callable[[Any, Platform], dict]:
@@ -229,10 +228,8 @@ def check_knobs(knobs: dict, where: str = "arm") -> None:
     unknown = sorted(set(knobs) - set(KNOBS))
     if unknown:
         raise BadParameter(f"{where}: unknown knob(s) {unknown}; known knobs are {sorted(KNOBS)}")
-    for name, value in knobs.items():
-        problem = KNOBS[name].check(value)
-        if problem:
-            raise BadParameter(f"{where}: {name} {problem} ({KNOBS[name].meaning})")
+    raise_problems(where, [f"{name} {problem} ({KNOBS[name].meaning})" for name, value in knobs.items()
+                           if (problem := KNOBS[name].check(value))])
     if (knobs.get("enforce_eager") or knobs.get("cuda_graphs") is False) and "cudagraph_capture_sizes" in knobs:
         raise BadParameter(f"{where}: cudagraph_capture_sizes has no effect with CUDA graphs off")
     if knobs.get("enforce_eager") and knobs.get("cuda_graphs") is True:
@@ -294,6 +291,9 @@ def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[
     kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
     with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
     Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
+    raise_problems("pool_arms", [check_number("fitted_max_model_len", fitted_max_model_len, **COUNT)]
+                   + [check_number(f"utilization {u!r}", u, **FRACTION) for u in utilizations]
+                   + [check_number(f"cpu_kv_mib {m!r}", m, **COUNT) for m in cpu_kv_mib])
     if platform.kind == "cuda":
         pools = {f"util={u}": {"gpu_memory_utilization": float(u)} for u in utilizations}
     else:

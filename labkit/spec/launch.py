@@ -15,6 +15,7 @@ import sys
 
 from labkit.errors import BadParameter
 from labkit.redact import redact_text, secret_name
+from labkit.spec.numbers import POSITIVE, check_numbers
 from labkit.spec.workload import Burst, Mix
 
 CONTEXTS = {  # the lab's name -> vLLM's UsageContext member, and the launch it stands for
@@ -109,6 +110,7 @@ def implied_defaults(context: str, engine_args_by_arm: dict[str, dict], timeout_
     CUDA-graph capture sizes), from vLLM's own engine configuration, built in a separate process so that
     neither vLLM's import nor its environment variables reach the caller. No engine starts. An arm vLLM
     cannot configure here gets {"error": ...}; so does every arm when vLLM is not installed."""
+    check_numbers("implied_defaults", {"timeout_s": (timeout_s, POSITIVE)})
     job = json.dumps({"context": context, "arms": engine_args_by_arm}, default=str)
     try:
         done = subprocess.run([sys.executable, "-m", "labkit.spec.launch"], input=job, capture_output=True, text=True,

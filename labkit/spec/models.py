@@ -15,6 +15,7 @@ from pathlib import Path
 
 from labkit import settings
 from labkit.errors import BadParameter
+from labkit.spec.numbers import COUNT, POSITIVE, check_numbers
 
 # Ids below FIRST_TEXT_ID are the special tokens of the generated tokenizer.
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -40,10 +41,10 @@ class ModelShape:
     extra_config: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                     "vocab_size", "max_position_embeddings"):
-            if getattr(self, name) <= 0:
-                raise BadParameter(f"model shape {self.name!r}: {name} must be positive")
+        sizes = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
+                 "max_position_embeddings")
+        check_numbers(f"model shape {self.name!r}", {**{name: (getattr(self, name), COUNT) for name in sizes},
+                                                     "rope_theta": (self.rope_theta, POSITIVE)})
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise BadParameter(f"model shape {self.name!r}: hidden_size must divide by num_heads, "
                                "and num_heads by num_kv_heads")

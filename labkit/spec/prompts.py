@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from labkit.errors import BadParameter
+from labkit.spec.numbers import COUNT, check_numbers
 
 SCOPES = ("shared", "unique")
 
@@ -31,9 +32,7 @@ class Segment:
             raise BadParameter(f"a segment needs a name, got {self.name!r}")
         if self.scope not in SCOPES:
             raise BadParameter(f"segment {self.name!r}: scope must be one of {SCOPES}, got {self.scope!r}")
-        for what, value in (("tokens", self.tokens), ("variants", self.variants)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise BadParameter(f"segment {self.name!r}: {what} must be a positive integer, got {value!r}")
+        check_numbers(f"segment {self.name!r}", {"tokens": (self.tokens, COUNT), "variants": (self.variants, COUNT)})
         if self.scope == "unique" and self.variants != 1:
             raise BadParameter(f"segment {self.name!r}: variants apply to shared segments only")
 

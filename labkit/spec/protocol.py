@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import BadParameter
+from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, POSITIVE, check_numbers
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
@@ -23,20 +23,11 @@ class Protocol:
     temperature: float | None = None
 
     def __post_init__(self):
-        if not isinstance(self.trials, int) or self.trials < 1:
-            raise BadParameter(f"trials must be a positive integer, got {self.trials!r}")
-        if not isinstance(self.warmup_requests, int) or self.warmup_requests < 0:
-            raise BadParameter(f"warmup_requests must be >= 0, got {self.warmup_requests!r}")
-        if isinstance(self.kv_sample_interval_s, bool) or not isinstance(self.kv_sample_interval_s, (int, float)) \
-                or self.kv_sample_interval_s <= 0:
-            raise BadParameter(f"kv_sample_interval_s must be a positive number of seconds, got "
-                               f"{self.kv_sample_interval_s!r}")
-        if not isinstance(self.profile_requests, int) or self.profile_requests < 0:
-            raise BadParameter(f"profile_requests must be >= 0, got {self.profile_requests!r}")
-        if self.temperature is not None and (isinstance(self.temperature, bool) or
-                                             not isinstance(self.temperature, (int, float)) or self.temperature < 0):
-            raise BadParameter(f"temperature must be None (the server's default), 0.0 (greedy) or a positive "
-                               f"number, got {self.temperature!r}")
+        check_numbers("Protocol", {"trials": (self.trials, COUNT),
+                                   "warmup_requests": (self.warmup_requests, COUNT_OR_ZERO),
+                                   "kv_sample_interval_s": (self.kv_sample_interval_s, POSITIVE),
+                                   "profile_requests": (self.profile_requests, COUNT_OR_ZERO),
+                                   "temperature": (self.temperature, dict(NON_NEGATIVE, allow_none=True))})
 
 
 def choose_sampling(model_defaults: dict, neutral: dict, temperature: float | None) -> dict:

@@ -20,6 +20,7 @@ from contextlib import redirect_stderr
 from labkit.errors import BadParameter
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.knobs import ARM_VARIABLE_PREFIXES, KNOBS
+from labkit.spec.numbers import POSITIVE, check_numbers
 
 # engine arguments that do not change what is measured (where the weights come from, names, logging)
 NO_EFFECT = {"model", "served_model_name", "tokenizer", "revision", "tokenizer_revision", "code_revision",
@@ -89,6 +90,7 @@ def parse_serve(command: str, environ: dict | None = None, timeout_s: float = 12
 
 def parse_many(commands: list[str], environ: dict | None = None, timeout_s: float = 300.0) -> list:
     """Several command lines with one import of vLLM: a Launch for each, or the BadParameter that says why not."""
+    check_numbers("parse_serve", {"timeout_s": (timeout_s, POSITIVE)})
     variables = {k: v for k, v in (environ or {}).items() if k.startswith(("VLLM_", "NCCL_"))}
     out, jobs, written = [], [], []
     for command in commands:

@@ -13,17 +13,9 @@ import numpy as np
 
 from labkit.errors import BadParameter
 from labkit.spec.models import FIRST_TEXT_ID
+from labkit.spec.numbers import (COUNT, COUNT_OR_ZERO, NON_NEGATIVE, POSITIVE, SEED, check_number, check_numbers,
+                                 raise_problems)
 from labkit.spec.prompts import Template
-
-
-def _count(value) -> bool:
-    """A whole number of tokens/requests/clients (bool is an int in Python, but never a count)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _number(value) -> bool:
-    """A real number (not a bool, not text)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 # ---- length distributions ---------------------------------------------------------------------------
@@ -34,8 +26,7 @@ class Fixed:
     n: int
 
     def __post_init__(self):
-        if not _count(self.n) or self.n < 1:
-            raise BadParameter(f"Fixed length must be a positive integer, got {self.n!r}")
+        check_numbers("Fixed length", {"n": (self.n, COUNT)})
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """`count` lengths, all `n`."""
@@ -50,7 +41,8 @@ class Uniform:
     high: int  # inclusive
 
     def __post_init__(self):
-        if not (_count(self.low) and _count(self.high) and 1 <= self.low <= self.high):
+        check_numbers("Uniform lengths need 1 <= low <= high", {"low": (self.low, COUNT), "high": (self.high, COUNT)})
+        if self.low > self.high:
             raise BadParameter(f"Uniform lengths need 1 <= low <= high, got low={self.low}, high={self.high}")
 
     def sample(self, rng, count):
@@ -68,10 +60,10 @@ class LogNormal:
     high: int | None = None
 
     def __post_init__(self):
-        typed = _number(self.median) and _number(self.sigma) and _count(self.low) and (
-            self.high is None or _count(self.high))
-        if not typed or self.median < 1 or self.sigma < 0 or self.low < 1 or (
-                self.high is not None and self.high < self.low):
+        check_numbers("LogNormal lengths need median >= 1, sigma >= 0 and 1 <= low <= high",
+                      {"median": (self.median, dict(minimum=1)), "sigma": (self.sigma, NON_NEGATIVE),
+                       "low": (self.low, COUNT), "high": (self.high, dict(COUNT, allow_none=True))})
+        if self.high is not None and self.high < self.low:
             raise BadParameter("LogNormal lengths need median >= 1, sigma >= 0 and 1 <= low <= high, got "
                                f"median={self.median}, sigma={self.sigma}, low={self.low}, high={self.high}")
 
@@ -91,8 +83,10 @@ class FromLog:
         if isinstance(self.values, (str, Path)):
             raise BadParameter(f"FromLog takes the lengths themselves; for a file of lengths use "
                                f"FromLog.read({str(self.values)!r})")
-        if not self.values or not all(_count(v) and v >= 1 for v in self.values):
+        if not self.values:
             raise BadParameter("FromLog needs a non-empty list of positive whole lengths")
+        raise_problems("FromLog needs positive whole lengths",
+                       [check_number(f"values[{i}]", v, **COUNT) for i, v in enumerate(self.values)], most=5)
 
     @classmethod
     def read(cls, path: str | Path) -> "FromLog":
@@ -101,14 +95,24 @@ class FromLog:
             text = Path(path).read_text().split()
         except (OSError, UnicodeDecodeError) as exc:
             raise BadParameter(f"cannot read the length log {path}: {exc}") from None
-        try:
-            return cls(tuple(int(float(v)) for v in text))
-        except (ValueError, OverflowError) as exc:
-            raise BadParameter(f"{path}: expected one length per line ({exc})") from None
+        values = [_length_text(word) for word in text]
+        raise_problems(f"{path}: expected one length per line",
+                       [check_number(f"entry {i}", value, **COUNT) for i, value in enumerate(values, 1)], most=5)
+        return cls(tuple(values))
 
     def sample(self, rng, count):
         """`count` lengths drawn from the logged values, with replacement."""
         return rng.choice(np.asarray(self.values, dtype=np.int64), size=count, replace=True)
+
+
+def _length_text(word: str):
+    """A logged length as a number: 30.0 is the whole length 30 as exports write it; 2.5, nan and text stay as
+    they are, for the number check to refuse."""
+    try:
+        value = float(word)
+    except ValueError:
+        return word
+    return int(value) if value.is_integer() else value
 
 
 Lengths = Fixed | Uniform | LogNormal | FromLog
@@ -131,8 +135,7 @@ class Concurrency:
     n: int
 
     def __post_init__(self):
-        if not _count(self.n) or self.n < 1:
-            raise BadParameter(f"Concurrency needs a positive number of clients, got {self.n!r}")
+        check_numbers("Concurrency needs a positive number of clients", {"n": (self.n, COUNT)})
 
     def offsets(self, rng, count):
         """None: each request is sent when a client is free, on no schedule."""
@@ -147,8 +150,8 @@ class Poisson:
     burstiness: float = 1.0
 
     def __post_init__(self):
-        if not (_number(self.rate) and _number(self.burstiness)) or self.rate <= 0 or self.burstiness <= 0:
-            raise BadParameter(f"Poisson arrivals need rate > 0 and burstiness > 0, got {self.rate}, {self.burstiness}")
+        check_numbers("Poisson arrivals need rate > 0 and burstiness > 0",
+                      {"rate": (self.rate, POSITIVE), "burstiness": (self.burstiness, POSITIVE)})
 
     def offsets(self, rng, count):
         """`count` send times in seconds from the trial's start: 0, then gamma-distributed gaps of mean 1 / rate."""
@@ -165,9 +168,8 @@ class Periodic:
     interval_s: float
 
     def __post_init__(self):
-        if not (_number(self.first_s) and _number(self.interval_s)) or self.first_s < 0 or self.interval_s <= 0:
-            raise BadParameter(f"Periodic arrivals need first_s >= 0 and interval_s > 0, got {self.first_s}, "
-                               f"{self.interval_s}")
+        check_numbers("Periodic arrivals need first_s >= 0 and interval_s > 0",
+                      {"first_s": (self.first_s, NON_NEGATIVE), "interval_s": (self.interval_s, POSITIVE)})
 
     def offsets(self, rng, count):
         """`count` send times in seconds from the trial's start: first_s, then one every interval_s."""
@@ -202,8 +204,9 @@ class Workload:
     seed: int = 0
 
     def __post_init__(self):
-        if not _count(self.num_requests) or self.num_requests < 1:
-            raise BadParameter(f"num_requests must be a positive integer, got {self.num_requests!r}")
+        check_numbers("Workload", {"num_requests": (self.num_requests, COUNT),
+                                   "shared_prefix_len": (self.shared_prefix_len, COUNT_OR_ZERO),
+                                   "num_prefixes": (self.num_prefixes, COUNT), "seed": (self.seed, SEED)})
         for name, kinds in (("prompt_len", (Fixed, Uniform, LogNormal, FromLog, Template)),
                             ("output_len", (Fixed, Uniform, LogNormal, FromLog))):
             if not isinstance(getattr(self, name), kinds):
@@ -212,10 +215,6 @@ class Workload:
         if not isinstance(self.arrival, (Burst, Concurrency, Poisson, Periodic)):
             raise BadParameter(f"arrival must be Burst(), Concurrency(n), Poisson(rate) or Periodic(first_s, "
                                f"interval_s); got {self.arrival!r}")
-        if not (_count(self.shared_prefix_len) and _count(self.num_prefixes)) \
-                or self.shared_prefix_len < 0 or self.num_prefixes < 1:
-            raise BadParameter("shared_prefix_len must be a whole number >= 0 and num_prefixes one >= 1, got "
-                               f"{self.shared_prefix_len!r} and {self.num_prefixes!r}")
         if isinstance(self.prompt_len, Template) and (self.shared_prefix_len or self.num_prefixes != 1):
             raise BadParameter("a Template names its shared segments itself: leave shared_prefix_len and num_prefixes "
                                "out, and give the shared part as Segment(name, tokens, 'shared', variants=N)")

@@ -23,6 +23,7 @@ from labkit.analyze.stats import VERDICT_METRICS, compare_groups, groups, metric
 from labkit.analyze.stats import verdict as stats_verdict
 from labkit.store import ExperimentStore, check_name, read_record, spec_hash
 from labkit.files import write_json_atomic
+from labkit.spec.numbers import NON_NEGATIVE, check_numbers
 from labkit.suite.runs import readable, suite_meta
 
 _VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
@@ -84,6 +85,7 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
                  metrics: list[str] | None = None) -> pd.DataFrame:
     """Per experiment, load, arm and metric: the relative change against the baseline and a verdict.
     `baseline` is one suite run, or a list: the pinned run, then its replicates."""
+    check_numbers("compare_runs", {"threshold": (threshold, NON_NEGATIVE)})  # before any file is read
     references = [Path(b) for b in (baseline if isinstance(baseline, (list, tuple)) else [baseline])]
     here = suite_meta(run)
     for reference in references:

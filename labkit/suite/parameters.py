@@ -8,6 +8,7 @@ from pathlib import Path
 
 from labkit import settings
 from labkit.errors import BadParameter
+from labkit.spec.numbers import number_problem, wanted
 
 NOTEBOOKS = settings.NOTEBOOKS
 
@@ -117,14 +118,13 @@ def _coerce(value, kind: str):
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise ValueError("true or false")
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError("an integer")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError("a number")
-        return float(value)
+    if kind in ("int", "float"):
+        # every numeric parameter of the lab's notebooks is a count, a length, a time or a limit: none is
+        # negative, and none is NaN or infinite (JSON's NaN and Infinity arrive as floats)
+        rules = dict(integer=kind == "int", minimum=0)
+        if number_problem(value, **rules):
+            raise ValueError(wanted(**rules))
+        return float(value) if kind == "float" else value
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError("text")

@@ -119,4 +119,4 @@ def test_diagnose_refuses_a_bad_launch_slo_or_metric_before_any_engine(capsys, t
     assert cli.main(["diagnose", "vllm serve m", "--prompt-log", str(tmp_path / "absent.txt")]) == 2
     assert "cannot read the length log" in capsys.readouterr().err
     assert cli.main(["diagnose", "vllm serve m", "--rate", "-1"]) == 2
-    assert "rate is requests per second" in capsys.readouterr().err
+    assert "--rate must be a finite number >= 0" in capsys.readouterr().err

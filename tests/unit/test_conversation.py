@@ -24,7 +24,7 @@ def test_a_conversation_is_stored_and_read_back_and_is_a_closed_loop():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(sessions=0), "sessions >= 1"), (dict(turns=0), "turns >= 1"), (dict(system=-1), "system must be"),
+    (dict(sessions=0), "sessions must be a whole number >= 1"), (dict(turns=0), "turns must be a whole number >= 1"), (dict(system=-1), "system must be"),
     (dict(message=16), "message must be a length distribution"), (dict(think_time_s=-1), "think_time_s"),
 ])
 def test_zero_sessions_or_turns_and_other_bad_input_are_clear_errors(kwargs, words):

@@ -49,7 +49,7 @@ def test_overrides_come_from_the_environment(monkeypatch):
 
 @pytest.mark.parametrize("text, words", [("enforce_eager=true", "JSON object"),
                                          ('{"enforce_eagre": true}', "unknown knob"),
-                                         ('{"max_num_seqs": 0}', "positive integer")])
+                                         ('{"max_num_seqs": 0}', "whole number >= 1")])
 def test_bad_environment_override_is_a_clear_error(monkeypatch, text, words):
     monkeypatch.setenv(LAUNCH_OVERRIDES_VARIABLE, text)
     with pytest.raises(BadParameter, match=words):

@@ -52,8 +52,8 @@ def test_booleans_take_true_and_false(value, expected):
 
 @pytest.mark.parametrize("name, value, words", [("smoke", "no", "smoke must be true or false"),
                                                 ("smoke", 1, "smoke must be true or false"),
-                                                ("trials", "three", "trials must be an integer"),
-                                                ("trials", 2.5, "trials must be an integer"),
+                                                ("trials", "three", "trials must be a whole number >= 0"),
+                                                ("trials", 2.5, "trials must be a whole number >= 0"),
                                                 ("model", 3, "model must be text")])
 def test_wrong_types_are_refused(name, value, words):
     with pytest.raises(BadParameter, match=words):

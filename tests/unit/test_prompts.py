@@ -36,7 +36,7 @@ def test_a_templated_workload_is_stored_and_read_back():
 
 @pytest.mark.parametrize("make, words", [
     (lambda: lk.Template([]), "non-empty list of Segments"),
-    (lambda: lk.Segment("s", 0), "tokens must be a positive integer"),
+    (lambda: lk.Segment("s", 0), "tokens must be a whole number >= 1"),
     (lambda: lk.Segment("s", 8, "global"), "scope must be one of"),
     (lambda: lk.Segment("q", 8, "unique", variants=2), "shared segments only"),
     (lambda: lk.Template([lk.Segment("a", 4), lk.Segment("a", 4)]), "names must differ"),
