@@ -20,6 +20,7 @@ import pandas as pd
 from labkit.analyze import audit, diagnosis, profiling, roofline, stats
 from labkit.errors import BadParameter
 from labkit.experiment import Experiment
+from labkit.measure.environment import check_multicast_off
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.spec.capabilities import has_fp8_tensor_cores
@@ -234,7 +235,9 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
     stats.metric(target)  # an unknown metric fails here, not after the measurements
     for metric_name in slo or {}:
         stats.metric(metric_name)
-    launch = parse_serve(command, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    check_multicast_off(environ, "the environment of this launch")  # its arms run with it, before the parse
+    launch = parse_serve(command, environ)
     platform = current_platform()
     changes = candidate_changes(launch.knobs, platform, workload)
     arms = {"current": launch.knobs, **{arm: knobs for arm, (knobs, _) in changes.items()}}

@@ -19,6 +19,7 @@ import pandas as pd
 from labkit import settings
 from labkit.errors import BadParameter
 from labkit.files import write_json_atomic
+from labkit.measure.environment import check_multicast_off
 from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, run_arm
 from labkit.spec.conversation import Conversation
@@ -215,6 +216,7 @@ class Experiment:
         for arm, plan in plans.items():  # every check before the first engine starts
             if not plan.not_applicable:
                 self._check_lengths(plan, ref, arm)
+        check_multicast_off(where="the shell's environment (the arm workers inherit it)")
         with self.store.lock():  # one writer per experiment, from the resume check to the last arm
             todo = []
             for arm, plan in plans.items():

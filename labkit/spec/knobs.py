@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labkit.errors import BadParameter, NotApplicable
-from labkit.measure.environment import MULTICAST_OFF
+import math
+import re
+
+from labkit.measure.environment import multicast_problems
 from labkit.measure.platform import Platform, cpu_ranks_problem
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
 
@@ -146,18 +149,37 @@ def _kv_cache_dtype_args(value, platform: Platform) -> dict:
 ARM_VARIABLE_PREFIXES = ("NCCL_", "VLLM_")
 
 
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _variable_value_ok(text) -> bool:
+    """Text without NUL (the OS refuses it), or a finite number (written as text for the worker)."""
+    if isinstance(text, str):
+        return "\x00" not in text
+    return isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text)
+
+
 def _arm_variables(value) -> str | None:
     if not isinstance(value, dict) or not value:
         return f"must be a non-empty dict of variable name -> text, such as {{'NCCL_P2P_DISABLE': '1'}}, got {value!r}"
+    prefixes = "/".join(p + "*" for p in ARM_VARIABLE_PREFIXES)
+    problems = []
     for name, text in value.items():
-        if not (isinstance(name, str) and name.startswith(ARM_VARIABLE_PREFIXES)) or not isinstance(text, str):
-            return (f"takes {'/'.join(p + '*' for p in ARM_VARIABLE_PREFIXES)} variables with text values, "
-                    f"got {name!r}: {text!r}")
-    for name, off in MULTICAST_OFF.items():
-        if value.get(name, off) != off:
-            return (f"cannot turn NVLink multicast on ({name}={value[name]!r}): the lab keeps it off, since on a "
-                    "shared multi-GPU host it can put the GPUs out of service")
+        if not (isinstance(name, str) and VARIABLE_NAME.fullmatch(name) and name.startswith(ARM_VARIABLE_PREFIXES)):
+            problems.append(f"{name!r} is not a {prefixes} variable name (letters, digits and _ only)")
+        if not _variable_value_ok(text):
+            problems.append(f"{name!r}: {text!r} is not a value (text without NUL, or a finite number)")
+    if problems:
+        return f"takes {prefixes} variables with text or number values: " + "; ".join(problems)
+    if found := multicast_problems(value):
+        return (f"cannot turn NVLink multicast on ({', '.join(found)}): the lab keeps it off, since on a "
+                "shared multi-GPU host it can put the GPUs out of service")
     return None
+
+
+def arm_variables(knobs: dict) -> dict[str, str]:
+    """The `environment` knob's variables as the worker's environment takes them: every value as text."""
+    return {name: str(text) for name, text in knobs.get("environment", {}).items()}
 
 
 def _arm_variables_args(value, platform: Platform) -> dict:
@@ -257,7 +279,7 @@ def serve_args(knobs: dict) -> tuple[dict, dict]:
             continue
         flags = getattr(KNOBS[name].to_args, "flags", None) if name in KNOBS else None
         _merge(args, flags(value) if flags else {name: value})
-    return args, dict(knobs.get("environment", {}))
+    return args, arm_variables(knobs)
 
 
 def _merge(engine_args: dict, args: dict) -> None:
@@ -282,7 +304,7 @@ def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
         except NotApplicable as reason:
             return ArmPlan(dict(knobs), {}, f"{name}={value!r}: {reason}")
         _merge(engine_args, args)
-    return ArmPlan(dict(knobs), engine_args, variables=dict(knobs.get("environment", {})))
+    return ArmPlan(dict(knobs), engine_args, variables=arm_variables(knobs))
 
 
 def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[float],
