@@ -56,6 +56,11 @@ class Template:
         object.__setattr__(self, "segments", segments)
 
     @property
+    def shared_tokens(self) -> int:
+        """The tokens of every version of every shared segment: what a trial draws once and holds."""
+        return sum(s.tokens * s.variants for s in self.segments if s.scope == "shared")
+
+    @property
     def tokens(self) -> int:
         """Every prompt's length: the segments' tokens together."""
         return sum(s.tokens for s in self.segments)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import BadParameter
+from labkit.spec.limits import MAX_REQUESTS_PER_TRIAL, check_at_most
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
@@ -33,6 +34,8 @@ class Protocol:
                                f"{self.kv_sample_interval_s!r}")
         if not isinstance(self.profile_requests, int) or self.profile_requests < 0:
             raise BadParameter(f"profile_requests must be >= 0, got {self.profile_requests!r}")
+        check_at_most("warmup_requests", self.warmup_requests, MAX_REQUESTS_PER_TRIAL)
+        check_at_most("profile_requests", self.profile_requests, MAX_REQUESTS_PER_TRIAL)
         if self.temperature is not None and (isinstance(self.temperature, bool) or
                                              not isinstance(self.temperature, (int, float)) or self.temperature < 0):
             raise BadParameter(f"temperature must be None (the server's default), 0.0 (greedy) or a positive "
