@@ -16,6 +16,7 @@ import re
 from labkit.measure.environment import multicast_problems
 from labkit.measure.platform import Platform, cpu_ranks_problem
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.lists import as_list
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
@@ -44,8 +45,11 @@ def _boolean(value) -> str | None:
 
 
 def _sizes(value) -> str | None:
-    ok = (isinstance(value, (list, tuple)) and value
-          and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
+    try:
+        sizes = as_list("cudagraph_capture_sizes", value)
+    except BadParameter as exc:
+        return f"must be a non-empty list of positive batch sizes ({exc})"
+    ok = sizes and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)
     return None if ok else f"must be a non-empty list of positive batch sizes, got {value!r}"
 
 
@@ -196,7 +200,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("cudagraph_capture_sizes", "the batch sizes CUDA graphs are captured for (others run uncaptured or "
          "padded up)", _sizes,
          _cuda_only("CUDA graph capture sizes",
-                    lambda v: {"compilation_config": {"cudagraph_capture_sizes": sorted(v)}})),
+                    lambda v: {"compilation_config": {
+                        "cudagraph_capture_sizes": sorted(as_list("cudagraph_capture_sizes", v))}})),
     # The confounded switch: turns off torch.compile and CUDA graphs together.
     Knob("enforce_eager", "run eagerly: no torch.compile, no CUDA graphs", _boolean,
          _pass_through("enforce_eager")),
@@ -239,6 +244,24 @@ class ArmPlan:
     engine_args: dict = field(default_factory=dict)
     not_applicable: str | None = None
     variables: dict = field(default_factory=dict)  # NCCL_*/VLLM_* for this arm's worker only
+
+
+LIST_KNOBS = ("cudagraph_capture_sizes",)
+
+
+def normalized_knobs(knobs):
+    """The knobs with every list-valued one as a plain list (a tuple, range, numpy array, Series or generator
+    read once), so it is checked, translated and stored as the same value; anything else unchanged."""
+    if not isinstance(knobs, dict):
+        return knobs
+    out = dict(knobs)
+    for name in LIST_KNOBS:
+        if name in out:
+            try:
+                out[name] = as_list(name, out[name])
+            except BadParameter:
+                pass  # check_knobs names it, with the knob's meaning
+    return out
 
 
 def check_knobs(knobs: dict, where: str = "arm") -> None:
@@ -293,6 +316,7 @@ def _merge(engine_args: dict, args: dict) -> None:
 
 def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
     """Check an arm's knobs and translate them; a knob with no meaning here marks the arm not applicable."""
+    knobs = normalized_knobs(knobs)
     check_knobs(knobs, where)
     too_few = _gpus_needed(knobs, platform)
     if too_few:
@@ -313,6 +337,7 @@ def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[
     kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
     with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
     Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
+    utilizations, cpu_kv_mib = as_list("utilizations", utilizations, "[0.5, 0.9]"), as_list("cpu_kv_mib", cpu_kv_mib)
     if platform.kind == "cuda":
         pools = {f"util={u}": {"gpu_memory_utilization": float(u)} for u in utilizations}
     else:

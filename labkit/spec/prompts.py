@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from labkit.errors import BadParameter
+from labkit.spec.lists import as_list
 
 SCOPES = ("shared", "unique")
 
@@ -46,7 +47,9 @@ class Template:
     segments: tuple[Segment, ...]
 
     def __post_init__(self):
-        segments = tuple(self.segments) if isinstance(self.segments, (list, tuple)) else None
+        segments = tuple(as_list("a Template's segments", self.segments,
+                                 "[Segment('system', 1024, 'shared'), Segment('question', 64)]")) \
+            if not isinstance(self.segments, Segment) else None
         if not segments or not all(isinstance(s, Segment) for s in segments):
             raise BadParameter("a Template needs a non-empty list of Segments, such as "
                                "[Segment('system', 1024, 'shared'), Segment('question', 64)]")

@@ -14,6 +14,7 @@ import numpy as np
 from labkit.errors import BadParameter
 from labkit.spec.limits import (MAX_REQUESTS_PER_TRIAL, MAX_TOKENS_PER_REQUEST, MAX_TOKENS_PER_TRIAL,
                                  check_at_most)
+from labkit.spec.lists import as_list
 from labkit.spec.models import FIRST_TEXT_ID
 from labkit.spec.prompts import Template
 
@@ -95,6 +96,7 @@ class FromLog:
         if isinstance(self.values, (str, Path)):
             raise BadParameter(f"FromLog takes the lengths themselves; for a file of lengths use "
                                f"FromLog.read({str(self.values)!r})")
+        object.__setattr__(self, "values", tuple(as_list("FromLog values", self.values, "[120, 512, 87]")))
         if not self.values or not all(_count(v) and v >= 1 for v in self.values):
             raise BadParameter("FromLog needs a non-empty list of positive whole lengths")
 
