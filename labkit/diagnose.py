@@ -21,6 +21,7 @@ from labkit.analyze import audit, diagnosis, profiling, roofline, stats
 from labkit.analyze.slo import check_slo_limits
 from labkit.errors import BadParameter
 from labkit.experiment import Experiment
+from labkit.measure.environment import check_multicast_off
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.redact import redact_text, redacted_repr, secret_name
@@ -243,7 +244,9 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
     for metric_name in slo or {}:
         stats.metric(metric_name)
     check_slo_limits(slo or {})
-    launch = parse_serve(command, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    check_multicast_off(environ, "the environment of this launch")  # its arms run with it, before the parse
+    launch = parse_serve(command, environ)
     platform = current_platform()
     changes = candidate_changes(launch.knobs, platform, workload)
     arms = {"current": launch.knobs, **{arm: knobs for arm, (knobs, _) in changes.items()}}

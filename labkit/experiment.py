@@ -19,12 +19,13 @@ import pandas as pd
 from labkit import settings
 from labkit.errors import BadParameter
 from labkit.files import write_json_atomic
-from labkit.measure.environment import compile_cache
+from labkit.measure.environment import check_multicast_off, compile_cache
 from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
-from labkit.spec.knobs import ArmPlan, check_knobs, plan_arm
+from labkit.spec.knobs import ArmPlan, check_knobs, normalized_knobs, plan_arm
+from labkit.spec.lists import as_list
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                                 sizes_text)
 from labkit.spec.models import ModelRef, check_model, resolve_model
@@ -80,6 +81,9 @@ class Experiment:
         check_name(self.name, "experiment")
         if not isinstance(self.arms, dict) or not self.arms:
             raise BadParameter("arms must be a non-empty dict such as {'small': {'max_num_seqs': 4}}")
+        # a list knob given as a range, array or generator is read once, so every later use sees the same list
+        self.arms = {arm: normalized_knobs(knobs) for arm, knobs in self.arms.items()}
+        self.base, self.overrides = normalized_knobs(self.base), normalized_knobs(self.overrides)
         for arm, knobs in self.arms.items():
             if not isinstance(knobs, dict):
                 raise BadParameter(f"arm {arm!r}: its knobs must be a dict such as {{'enforce_eager': True}} "
@@ -211,6 +215,7 @@ class Experiment:
         """Measure every arm (or the arms named in `only`) not already stored, and load the results."""
         from tqdm.auto import tqdm
 
+        only = None if only is None else as_list("only", only, "['arm-name']")
         unknown = sorted(set(only or []) - set(self.arms))
         if unknown:
             raise BadParameter(f"no arm(s) {unknown} in this experiment; its arms are {list(self.arms)}")
@@ -220,6 +225,7 @@ class Experiment:
         for arm, plan in plans.items():  # every check before the first engine starts
             if not plan.not_applicable:
                 self._check_lengths(plan, ref, arm)
+        check_multicast_off(where="the shell's environment (the arm workers inherit it)")
         with self.store.lock():  # one writer per experiment, from the resume check to the last arm
             todo = []
             for arm, plan in plans.items():

@@ -9,6 +9,7 @@ import numpy as np
 from labkit.analyze import stats
 from labkit.analyze.slo import Measurement, SloResult, check_slos, search
 from labkit.errors import BadParameter
+from labkit.spec.lists import as_list
 
 
 def search_max_num_seqs(experiment, grid: list[int], slos: dict[str, float], arm_name=lambda v: f"max_num_seqs={v}",
@@ -16,6 +17,7 @@ def search_max_num_seqs(experiment, grid: list[int], slos: dict[str, float], arm
     """Run the search on a labkit Experiment whose arms include `arm_name(v)` for each grid value; each
     evaluation measures one arm (one engine start) unless the store already holds it."""
     check_slos(slos)
+    grid = as_list("grid", grid, "[1, 2, 4, 8]")
     missing = [arm_name(v) for v in grid if arm_name(v) not in experiment.arms]
     if missing:
         raise BadParameter(f"the experiment has no arms {missing} for the grid")

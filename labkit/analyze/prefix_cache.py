@@ -26,7 +26,7 @@ def cache_table(results, metrics: list[str] | None = None) -> pd.DataFrame:
         raise BadParameter("these results hold no prefix-cache counters (measured before the lab recorded them)")
     rows = []
     for load, part in results.per_load():
-        summary = stats.summarize(part, metrics or CACHE_METRICS)
+        summary = stats.summarize(part, stats.metric_names(metrics, CACHE_METRICS))
         sent = part.requests.groupby(["arm", "trial"]).prompt_tokens.sum().groupby("arm").mean()
         for row in summary.itertuples():
             rows.append({"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,
@@ -89,7 +89,7 @@ def by_turn(results, load: str, metrics: list[str] | None = None) -> pd.DataFram
     part = results.select(load)
     if "turn" not in part.requests:
         raise BadParameter(f"load {load!r} is not a Conversation: its requests have no turn")
-    names = metrics or ["ttft_p50_ms", "ttft_p99_ms"]
+    names = stats.metric_names(metrics, ["ttft_p50_ms", "ttft_p99_ms"])
     if any(stats.metric(name).level == "trial" for name in names):
         raise BadParameter("per turn only request-level metrics exist (the engine's counters cover whole trials)")
     rows = []

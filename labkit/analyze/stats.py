@@ -14,6 +14,7 @@ import pandas as pd
 from labkit.errors import BadParameter
 from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
 from labkit.analyze import gpu_state
+from labkit.spec.lists import as_list
 
 N_BOOT = 1000
 
@@ -59,6 +60,13 @@ METRICS = _metrics()
 # a baseline comparison, a report) judges throughput, the tail of TTFT and TBT, and the typical TPOT.
 SUMMARY_METRICS = ["output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
 VERDICT_METRICS = ["output_tok_s", "ttft_p99_ms", "tpot_p50_ms", "tbt_p99_ms"]
+
+
+def metric_names(metrics, default) -> list[str]:
+    """The metrics asked for as a plain list (a tuple, array, Series or generator too); None or empty: `default`.
+    A bare name is refused: it would otherwise be read letter by letter."""
+    names = [] if metrics is None else as_list("metrics", metrics, "['ttft_p99_ms', 'tpot_p50_ms']")
+    return names or list(default)
 
 
 def metric(name: str) -> Metric:
@@ -118,7 +126,7 @@ def point(data: list[np.ndarray], m: Metric) -> float:
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per arm and metric: the value and its confidence interval."""
     check_numbers("summarize", {"confidence": (confidence, PROBABILITY)})
-    names = metrics or SUMMARY_METRICS
+    names = metric_names(metrics, SUMMARY_METRICS)
     alpha = (1 - confidence) / 2
     rows = []
     for arm in results.complete_arms:
@@ -243,7 +251,7 @@ class ArmComparisons(list):
 def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
                  threshold: float = 0.0) -> ArmComparisons:
     """Every other complete arm against the baseline arm, per metric, as printable comparisons."""
-    names = metrics or VERDICT_METRICS
+    names = metric_names(metrics, VERDICT_METRICS)
     return ArmComparisons((arm, baseline_arm, compare(results, baseline_arm, arm, name, threshold))
                           for arm in results.complete_arms if arm != baseline_arm for name in names)
 

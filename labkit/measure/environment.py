@@ -123,6 +123,24 @@ def fingerprint() -> dict:
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 
 
+def multicast_problems(variables: dict) -> list[str]:
+    """Each variable among `variables` that would turn NVLink multicast on, as `NAME='value'`."""
+    return [f"{name}={variables[name]!r}" for name, off in MULTICAST_OFF.items()
+            if name in variables and str(variables[name]) != off]
+
+
+def check_multicast_off(environ: dict | None = None, where: str = "the environment the lab runs in") -> None:
+    """Raise BadParameter when the shell (or `environ`) turns NVLink multicast on: the guard holds for the
+    shell's variables as it does for an arm's `environment` knob; call it before any engine starts."""
+    from labkit.errors import BadParameter
+    found = multicast_problems(os.environ if environ is None else environ)
+    if found:
+        raise BadParameter(f"{where} turns NVLink multicast on ({', '.join(found)}): the lab keeps it off, since on "
+                           "a shared multi-GPU host it can put the GPUs out of service; unset "
+                           f"{', '.join(f.split('=')[0] for f in found)} or set "
+                           + ", ".join(f"{k}={v}" for k, v in MULTICAST_OFF.items()))
+
+
 def keep_multicast_off(environ: dict | None = None) -> list[dict]:
     """Set the variables that keep NVLink multicast off, unless the user set them; call it before any
     engine starts (the arm workers inherit this process's environment). Returns what is in force."""

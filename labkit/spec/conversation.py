@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from labkit.errors import BadParameter
+from labkit.spec.limits import (MAX_REQUESTS_PER_TRIAL, MAX_TOKENS_PER_REQUEST, MAX_TOKENS_PER_TRIAL,
+                                 check_at_most)
 from labkit.spec.models import FIRST_TEXT_ID
 from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, check_numbers
 from labkit.spec.workload import Concurrency, Fixed, FromLog, LogNormal, Request, Uniform
@@ -43,6 +45,16 @@ class Conversation:
             if not isinstance(getattr(self, name), LENGTHS):
                 raise BadParameter(f"{name} must be a length distribution such as lk.Fixed(64), got "
                                    f"{getattr(self, name)!r}")
+        # sizes the lab could not hold in memory (labkit.spec.limits), before drawing any of them
+        check_at_most("the conversation's turns (sessions x turns)", self.num_requests, MAX_REQUESTS_PER_TRIAL,
+                      "use fewer sessions or turns")
+        check_at_most("system", self.system, MAX_TOKENS_PER_REQUEST)
+        prompts = self.prompt_lengths()
+        _, answers = self.turn_lengths()
+        check_at_most("the last turn's request (the whole history, the message and the answer)",
+                      int((prompts + answers).max()), MAX_TOKENS_PER_REQUEST, "use fewer turns or shorter messages")
+        check_at_most("the trial's tokens (every turn resends its history)", int(prompts.sum() + answers.sum()),
+                      MAX_TOKENS_PER_TRIAL, "use fewer sessions or turns, or shorter messages")
 
     @property
     def num_requests(self) -> int:

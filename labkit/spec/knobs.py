@@ -10,11 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from labkit.errors import BadParameter, NotApplicable
-from labkit.measure.environment import MULTICAST_OFF
+import math
+import re
+
+from labkit.measure.environment import multicast_problems
 from labkit.measure.platform import Platform, cpu_ranks_problem
 from labkit.redact import redacted_repr
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
 from labkit.spec.numbers import COUNT, FRACTION, check_number, number_problem, raise_problems
+from labkit.spec.lists import as_list
 
 ATTENTION_BACKENDS_CUDA = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION")
 ATTENTION_BACKENDS_CPU = ("CPU_ATTN",)
@@ -42,7 +46,11 @@ def _boolean(value) -> str | None:
 
 
 def _sizes(value) -> str | None:
-    ok = (isinstance(value, (list, tuple)) and value and not any(number_problem(v, **COUNT) for v in value))
+    try:
+        sizes = as_list("cudagraph_capture_sizes", value)
+    except BadParameter as exc:
+        return f"must be a non-empty list of positive batch sizes ({exc})"
+    ok = sizes and not any(number_problem(v, **COUNT) for v in sizes)
     return None if ok else f"must be a non-empty list of positive batch sizes (whole numbers), got {value!r}"
 
 
@@ -146,18 +154,37 @@ def _kv_cache_dtype_args(value, platform: Platform) -> dict:
 ARM_VARIABLE_PREFIXES = ("NCCL_", "VLLM_")
 
 
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _variable_value_ok(text) -> bool:
+    """Text without NUL (the OS refuses it), or a finite number (written as text for the worker)."""
+    if isinstance(text, str):
+        return "\x00" not in text
+    return isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text)
+
+
 def _arm_variables(value) -> str | None:
     if not isinstance(value, dict) or not value:
         return f"must be a non-empty dict of variable name -> text, such as {{'NCCL_P2P_DISABLE': '1'}}, got {value!r}"
+    prefixes = "/".join(p + "*" for p in ARM_VARIABLE_PREFIXES)
+    problems = []
     for name, text in value.items():
-        if not (isinstance(name, str) and name.startswith(ARM_VARIABLE_PREFIXES)) or not isinstance(text, str):
-            return (f"takes {'/'.join(p + '*' for p in ARM_VARIABLE_PREFIXES)} variables with text values, "
-                    f"got {name!r}: {text!r}")
-    for name, off in MULTICAST_OFF.items():
-        if value.get(name, off) != off:
-            return (f"cannot turn NVLink multicast on ({name}={value[name]!r}): the lab keeps it off, since on a "
-                    "shared multi-GPU host it can put the GPUs out of service")
+        if not (isinstance(name, str) and VARIABLE_NAME.fullmatch(name) and name.startswith(ARM_VARIABLE_PREFIXES)):
+            problems.append(f"{name!r} is not a {prefixes} variable name (letters, digits and _ only)")
+        if not _variable_value_ok(text):
+            problems.append(f"{name!r}: {text!r} is not a value (text without NUL, or a finite number)")
+    if problems:
+        return f"takes {prefixes} variables with text or number values: " + "; ".join(problems)
+    if found := multicast_problems(value):
+        return (f"cannot turn NVLink multicast on ({', '.join(found)}): the lab keeps it off, since on a "
+                "shared multi-GPU host it can put the GPUs out of service")
     return None
+
+
+def arm_variables(knobs: dict) -> dict[str, str]:
+    """The `environment` knob's variables as the worker's environment takes them: every value as text."""
+    return {name: str(text) for name, text in knobs.get("environment", {}).items()}
 
 
 def _arm_variables_args(value, platform: Platform) -> dict:
@@ -174,7 +201,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("cudagraph_capture_sizes", "the batch sizes CUDA graphs are captured for (others run uncaptured or "
          "padded up)", _sizes,
          _cuda_only("CUDA graph capture sizes",
-                    lambda v: {"compilation_config": {"cudagraph_capture_sizes": sorted(v)}})),
+                    lambda v: {"compilation_config": {
+                        "cudagraph_capture_sizes": sorted(as_list("cudagraph_capture_sizes", v))}})),
     # The confounded switch: turns off torch.compile and CUDA graphs together.
     Knob("enforce_eager", "run eagerly: no torch.compile, no CUDA graphs", _boolean,
          _pass_through("enforce_eager")),
@@ -221,6 +249,24 @@ class ArmPlan:
     __repr__ = redacted_repr  # the real values stay in the fields, for the worker
 
 
+LIST_KNOBS = ("cudagraph_capture_sizes",)
+
+
+def normalized_knobs(knobs):
+    """The knobs with every list-valued one as a plain list (a tuple, range, numpy array, Series or generator
+    read once), so it is checked, translated and stored as the same value; anything else unchanged."""
+    if not isinstance(knobs, dict):
+        return knobs
+    out = dict(knobs)
+    for name in LIST_KNOBS:
+        if name in out:
+            try:
+                out[name] = as_list(name, out[name])
+            except BadParameter:
+                pass  # check_knobs names it, with the knob's meaning
+    return out
+
+
 def check_knobs(knobs: dict, where: str = "arm") -> None:
     """Reject unknown knobs, bad values and contradictory combinations (no engine needed)."""
     if not isinstance(knobs, dict):
@@ -257,7 +303,7 @@ def serve_args(knobs: dict) -> tuple[dict, dict]:
             continue
         flags = getattr(KNOBS[name].to_args, "flags", None) if name in KNOBS else None
         _merge(args, flags(value) if flags else {name: value})
-    return args, dict(knobs.get("environment", {}))
+    return args, arm_variables(knobs)
 
 
 def _merge(engine_args: dict, args: dict) -> None:
@@ -271,6 +317,7 @@ def _merge(engine_args: dict, args: dict) -> None:
 
 def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
     """Check an arm's knobs and translate them; a knob with no meaning here marks the arm not applicable."""
+    knobs = normalized_knobs(knobs)
     check_knobs(knobs, where)
     too_few = _gpus_needed(knobs, platform)
     if too_few:
@@ -282,7 +329,7 @@ def plan_arm(knobs: dict, platform: Platform, where: str = "arm") -> ArmPlan:
         except NotApplicable as reason:
             return ArmPlan(dict(knobs), {}, f"{name}={value!r}: {reason}")
         _merge(engine_args, args)
-    return ArmPlan(dict(knobs), engine_args, variables=dict(knobs.get("environment", {})))
+    return ArmPlan(dict(knobs), engine_args, variables=arm_variables(knobs))
 
 
 def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[float],
@@ -291,6 +338,7 @@ def pool_arms(platform: Platform, fitted_max_model_len: int, utilizations: list[
     kv_cache_memory_bytes, since there utilization is a share of the whole NUMA node), the largest pool
     with a fitted max_model_len, and on a GPU fp8 KV cache and fp8 weights on that fitted pool.
     Returns the arms and the name of the largest pool arm (the fitted arms share its pool)."""
+    utilizations, cpu_kv_mib = as_list("utilizations", utilizations, "[0.5, 0.9]"), as_list("cpu_kv_mib", cpu_kv_mib)
     raise_problems("pool_arms", [check_number("fitted_max_model_len", fitted_max_model_len, **COUNT)]
                    + [check_number(f"utilization {u!r}", u, **FRACTION) for u in utilizations]
                    + [check_number(f"cpu_kv_mib {m!r}", m, **COUNT) for m in cpu_kv_mib])

@@ -158,11 +158,63 @@ class ModelRef:
                 "shape": asdict(self.shape) if self.shape else None}
 
 
+# A hub id is exactly `org/name`; anything else with a separator, or a home/relative prefix, is meant as a folder
+_PATH_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")
+# files one of which a folder needs for vLLM to build its tokenizer (fast, sentencepiece, BPE, WordPiece)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether a model argument is meant as a local folder rather than a hub id (`org/name`): it starts with
+    /, ./, ../ or ~, uses a backslash or a drive, ends with a separator, or has more than one `/`."""
+    return (name.startswith(_PATH_PREFIXES) or "\\" in name or name.endswith("/") or name.count("/") > 1
+            or (len(name) > 1 and name[1] == ":") or name in (".", ".."))
+
+
+def read_model_config(folder: Path) -> dict:
+    """The config.json of a local model folder, or BadParameter naming the file and every problem with it
+    (unreadable, not JSON, no `architectures` or `model_type`, no tokenizer file beside it)."""
+    config_file = folder / "config.json"
+    fix = "pass a model folder saved by transformers (save_pretrained), a hub id or one of " + ", ".join(SHAPES)
+    if not config_file.is_file():
+        raise BadParameter(f"{folder} has no config.json: {fix}")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadParameter(f"{config_file} cannot be read as JSON ({exc}): {fix}") from None
+    if not isinstance(config, dict):
+        raise BadParameter(f"{config_file} holds a {type(config).__name__}, not a JSON object: {fix}")
+    problems = []
+    architectures = config.get("architectures")
+    if not (isinstance(architectures, list) and architectures and all(isinstance(a, str) for a in architectures)):
+        problems.append(f"`architectures` must be a list of model class names such as [\"LlamaForCausalLM\"], "
+                        f"got {architectures!r}")
+    if not isinstance(config.get("model_type"), str) or not config.get("model_type"):
+        problems.append(f"`model_type` must name the model family such as \"llama\", got {config.get('model_type')!r}")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        problems.append(f"no tokenizer beside it (none of {', '.join(TOKENIZER_FILES)} in {folder})")
+    if problems:
+        raise BadParameter(f"{config_file}: " + "; ".join(problems) + f"; {fix}")
+    return config
+
+
 def check_model(name_or_path: str) -> None:
-    """Raise BadParameter unless the name is a synthetic shape, a local folder or a hub id (org/name); writes
-    nothing, so an experiment can check its model when it is defined."""
-    if name_or_path in SHAPES or Path(name_or_path).expanduser().is_dir() or (
-            "/" in name_or_path and not name_or_path.startswith(("/", "."))):
+    """Raise BadParameter unless the name is a synthetic shape, a local model folder (its config.json and
+    tokenizer checked) or a hub id (org/name); writes nothing, so an experiment can check its model when it is
+    defined. A name meant as a folder that does not exist is refused, never sent to a hub."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise BadParameter(f"model must be a name, a model folder or a hub id (text), got {name_or_path!r}")
+    if name_or_path in SHAPES:
+        return
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        read_model_config(local)
+        return
+    if looks_like_path(name_or_path) or local.exists():
+        what = "is a file, not a model folder" if local.exists() else "does not exist"
+        raise BadParameter(f"model folder {name_or_path!r} {what} (resolved: {local.resolve()}): pass an existing "
+                           f"model folder, a hub id such as 'meta-llama/Llama-3.1-8B' or one of {', '.join(SHAPES)}")
+    if name_or_path.count("/") == 1 and all(name_or_path.split("/")):
         return
     raise BadParameter(f"unknown model {name_or_path!r}: use one of {', '.join(SHAPES)}, "
                        "a local model folder or a hub id such as 'meta-llama/Llama-3.1-8B'")
@@ -170,19 +222,20 @@ def check_model(name_or_path: str) -> None:
 
 def resolve_model(name_or_path: str, models_dir: str | Path | None = None) -> ModelRef:
     """A synthetic shape name, a local model folder or a hub id, made ready for an engine."""
+    check_model(name_or_path)
     if name_or_path in SHAPES:
         shape = SHAPES[name_or_path]
         path = materialize(shape, models_dir)
         return ModelRef(str(path), "dummy", shape, synthetic=True)
     local = Path(name_or_path).expanduser()
     if local.is_dir():
-        config_file = local / "config.json"
-        if not config_file.exists():
-            raise BadParameter(f"{local} has no config.json: pass a model folder, a hub id or one of "
-                               f"{', '.join(SHAPES)}")
-        shape = ModelShape.from_hf_config(json.loads(config_file.read_text()), local.name)
+        config = read_model_config(local)
+        try:
+            shape = ModelShape.from_hf_config(config, local.name)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, BadParameter):
+            # vLLM may still run it (other field names, other families); only the roofline needs the shape
+            shape = None
         return ModelRef(str(local), "auto", shape, synthetic=False)
-    check_model(name_or_path)
     return ModelRef(name_or_path, "auto", None, synthetic=False)  # a hub id; its shape is unknown offline
 
 

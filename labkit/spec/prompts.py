@@ -13,6 +13,7 @@ import numpy as np
 
 from labkit.errors import BadParameter
 from labkit.spec.numbers import COUNT, check_numbers
+from labkit.spec.lists import as_list
 
 SCOPES = ("shared", "unique")
 
@@ -45,7 +46,9 @@ class Template:
     segments: tuple[Segment, ...]
 
     def __post_init__(self):
-        segments = tuple(self.segments) if isinstance(self.segments, (list, tuple)) else None
+        segments = tuple(as_list("a Template's segments", self.segments,
+                                 "[Segment('system', 1024, 'shared'), Segment('question', 64)]")) \
+            if not isinstance(self.segments, Segment) else None
         if not segments or not all(isinstance(s, Segment) for s in segments):
             raise BadParameter("a Template needs a non-empty list of Segments, such as "
                                "[Segment('system', 1024, 'shared'), Segment('question', 64)]")
@@ -53,6 +56,11 @@ class Template:
         if len(set(names)) != len(names):
             raise BadParameter(f"segment names must differ, got {names}")
         object.__setattr__(self, "segments", segments)
+
+    @property
+    def shared_tokens(self) -> int:
+        """The tokens of every version of every shared segment: what a trial draws once and holds."""
+        return sum(s.tokens * s.variants for s in self.segments if s.scope == "shared")
 
     @property
     def tokens(self) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, POSITIVE, check_numbers
+from labkit.spec.limits import MAX_REQUESTS_PER_TRIAL, check_at_most
 
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
@@ -28,6 +29,8 @@ class Protocol:
                                    "kv_sample_interval_s": (self.kv_sample_interval_s, POSITIVE),
                                    "profile_requests": (self.profile_requests, COUNT_OR_ZERO),
                                    "temperature": (self.temperature, dict(NON_NEGATIVE, allow_none=True))})
+        check_at_most("warmup_requests", self.warmup_requests, MAX_REQUESTS_PER_TRIAL)
+        check_at_most("profile_requests", self.profile_requests, MAX_REQUESTS_PER_TRIAL)
 
 
 def choose_sampling(model_defaults: dict, neutral: dict, temperature: float | None) -> dict:

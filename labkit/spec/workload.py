@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from labkit.errors import BadParameter
+from labkit.spec.limits import (MAX_REQUESTS_PER_TRIAL, MAX_TOKENS_PER_REQUEST, MAX_TOKENS_PER_TRIAL,
+                                 check_at_most)
+from labkit.spec.lists import as_list
 from labkit.spec.models import FIRST_TEXT_ID
 from labkit.spec.numbers import (COUNT, COUNT_OR_ZERO, NON_NEGATIVE, POSITIVE, SEED, check_number, check_numbers,
                                  raise_problems)
@@ -27,6 +30,7 @@ class Fixed:
 
     def __post_init__(self):
         check_numbers("Fixed length", {"n": (self.n, COUNT)})
+        check_at_most("a Fixed length", self.n, MAX_TOKENS_PER_REQUEST)
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """`count` lengths, all `n`."""
@@ -44,6 +48,7 @@ class Uniform:
         check_numbers("Uniform lengths need 1 <= low <= high", {"low": (self.low, COUNT), "high": (self.high, COUNT)})
         if self.low > self.high:
             raise BadParameter(f"Uniform lengths need 1 <= low <= high, got low={self.low}, high={self.high}")
+        check_at_most("a Uniform length's high", self.high, MAX_TOKENS_PER_REQUEST)
 
     def sample(self, rng, count):
         """`count` lengths drawn uniformly from low to high inclusive."""
@@ -83,6 +88,7 @@ class FromLog:
         if isinstance(self.values, (str, Path)):
             raise BadParameter(f"FromLog takes the lengths themselves; for a file of lengths use "
                                f"FromLog.read({str(self.values)!r})")
+        object.__setattr__(self, "values", tuple(as_list("FromLog values", self.values, "[120, 512, 87]")))
         if not self.values:
             raise BadParameter("FromLog needs a non-empty list of positive whole lengths")
         raise_problems("FromLog needs positive whole lengths",
@@ -218,6 +224,23 @@ class Workload:
         if isinstance(self.prompt_len, Template) and (self.shared_prefix_len or self.num_prefixes != 1):
             raise BadParameter("a Template names its shared segments itself: leave shared_prefix_len and num_prefixes "
                                "out, and give the shared part as Segment(name, tokens, 'shared', variants=N)")
+        self._check_size()
+
+    def _check_size(self) -> None:
+        """Refuse a load the lab could not hold in memory (labkit.spec.limits), before drawing any of it."""
+        check_at_most("num_requests", self.num_requests, MAX_REQUESTS_PER_TRIAL, "measure fewer requests per trial")
+        check_at_most("shared_prefix_len", self.shared_prefix_len, MAX_TOKENS_PER_REQUEST)
+        check_at_most("the shared prefixes' tokens (num_prefixes x shared_prefix_len)",
+                      self.num_prefixes * self.shared_prefix_len, MAX_TOKENS_PER_TRIAL, "use fewer or shorter prefixes")
+        if isinstance(self.prompt_len, Template):
+            check_at_most("the template's shared versions (tokens x variants)", self.prompt_len.shared_tokens,
+                          MAX_TOKENS_PER_TRIAL, "use fewer or shorter variants")
+        prompt, output, _ = self.lengths()
+        longest = int((prompt + output).max())
+        check_at_most("the longest request (prompt + output tokens)", longest, MAX_TOKENS_PER_REQUEST,
+                      "bound the lengths (LogNormal's high)")
+        check_at_most("the trial's tokens (every prompt and output)", int(prompt.sum() + output.sum()),
+                      MAX_TOKENS_PER_TRIAL, "use fewer requests or shorter lengths")
 
     def lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Every request's prompt length (shared prefix included) and output length, and the send offsets (None

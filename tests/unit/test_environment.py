@@ -65,3 +65,44 @@ def test_cpu_signature_tells_apart_hosts_whose_model_name_is_hidden():
     assert cpu_signature(sapphire) == "family 6 model 143 stepping 8"
     assert cpu_signature(granite) != cpu_signature(sapphire)
     assert cpu_signature("processor\t: 0\nmodel name\t: Apple M3\n") is None
+
+
+@pytest.mark.parametrize("environ, offender", [
+    ({"NCCL_NVLS_ENABLE": "1"}, "NCCL_NVLS_ENABLE='1'"),
+    ({"TORCH_SYMM_MEM_DISABLE_MULTICAST": "0"}, "TORCH_SYMM_MEM_DISABLE_MULTICAST='0'"),
+    ({"NCCL_NVLS_ENABLE": "", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}, "NCCL_NVLS_ENABLE=''"),
+])
+def test_the_shell_cannot_turn_multicast_on(environ, offender):
+    from labkit.errors import BadParameter
+    from labkit.measure.environment import check_multicast_off
+    with pytest.raises(BadParameter, match="turns NVLink multicast on") as caught:
+        check_multicast_off(environ)
+    assert offender in str(caught.value)
+
+
+def test_the_shell_may_keep_multicast_off_or_leave_it_unset():
+    from labkit.measure.environment import MULTICAST_OFF, check_multicast_off
+    check_multicast_off({})
+    check_multicast_off(dict(MULTICAST_OFF))
+
+
+def test_an_experiment_and_a_diagnosis_refuse_a_shell_with_multicast_on_before_any_engine(tmp_path, monkeypatch):
+    import labkit as lk
+    from labkit import diagnose as diagnose_module, experiment as experiment_module
+    from labkit.errors import BadParameter
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("an engine would start")
+    monkeypatch.setattr(experiment_module, "run_arm", no_engine)
+    monkeypatch.setattr(diagnose_module, "parse_serve", no_engine)
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    workload = lk.Workload(2, lk.Fixed(4), lk.Fixed(2))
+    exp = lk.Experiment("mc", {"a": {}}, workload, results_dir=tmp_path)
+    with pytest.raises(BadParameter, match="NCCL_NVLS_ENABLE='1'"):
+        exp.run(progress=False)
+    with pytest.raises(BadParameter, match="NCCL_NVLS_ENABLE='1'"):
+        diagnose_module.diagnose("vllm serve tiny-llama", workload, results_dir=tmp_path, progress=False)
+    monkeypatch.delenv("NCCL_NVLS_ENABLE")
+    with pytest.raises(BadParameter, match="TORCH_SYMM_MEM_DISABLE_MULTICAST='0'"):
+        diagnose_module.diagnose("vllm serve tiny-llama", workload, environ={"TORCH_SYMM_MEM_DISABLE_MULTICAST": "0"},
+                                 results_dir=tmp_path, progress=False)

@@ -252,7 +252,7 @@ def test_pool_arms_per_platform():
 
 def test_the_environment_knob_takes_nccl_and_vllm_variables_as_text_and_never_multicast():
     assert "must be a non-empty dict" in KNOBS["environment"].check({})
-    assert "text values" in KNOBS["environment"].check({"NCCL_P2P_DISABLE": 1})
+    assert "not a value" in KNOBS["environment"].check({"NCCL_P2P_DISABLE": True})
     with pytest.raises(BadParameter, match="NVLink multicast"):
         check_knobs({"environment": {"NCCL_NVLS_ENABLE": "1"}})
     check_knobs({"environment": {"NCCL_NVLS_ENABLE": "0"}})  # keeping it off is allowed
@@ -274,3 +274,28 @@ def test_custom_all_reduce_off_is_vllms_flag_and_needs_a_tensor_parallel_group()
     assert plan.engine_args == {"tensor_parallel_size": 2, "disable_custom_all_reduce": True}
     with pytest.raises(BadParameter, match="only matters in a tensor-parallel group"):
         check_knobs({"custom_all_reduce": False})
+
+
+@pytest.mark.parametrize("name", ["", "A B", "1X", "A=B", 7, None, ("NCCL_X",), "NCCL_A B", "VLLM_X=1", "NCCL_\n",
+                                  "VLLM_\x00", "NCCL_\u00c9", "nccl_debug"])
+def test_an_environment_knob_name_that_is_no_variable_name_is_refused(name):
+    with pytest.raises(BadParameter, match="not a NCCL_\\*/VLLM_\\* variable name"):
+        check_knobs({"environment": {name: "1"}})
+
+
+@pytest.mark.parametrize("value", [None, ["1"], True, float("nan"), float("inf"), "a\x00b", {"x": 1}])
+def test_an_environment_knob_value_must_be_text_or_a_finite_number(value):
+    with pytest.raises(BadParameter, match="is not a value"):
+        check_knobs({"environment": {"NCCL_DEBUG": value}})
+
+
+def test_every_bad_environment_variable_is_named_at_once():
+    problem = KNOBS["environment"].check({"A B": "1", "VLLM_OK": None, "1X": "2"})
+    assert all(part in problem for part in ("'A B'", "'VLLM_OK'", "'1X'"))
+
+
+def test_a_number_value_reaches_the_worker_and_the_launch_as_text():
+    from labkit.spec.knobs import serve_args
+    knobs = {"environment": {"VLLM_X": 1, "VLLM_Y": 2.5}}
+    assert plan_arm(knobs, CPU).variables == {"VLLM_X": "1", "VLLM_Y": "2.5"}
+    assert serve_args(knobs)[1] == {"VLLM_X": "1", "VLLM_Y": "2.5"}

@@ -115,6 +115,7 @@ def test_local_folder_with_config(tmp_path):
     folder = tmp_path / "my-model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(LLAMA.hf_config()))
+    (folder / "tokenizer.json").write_text("{}")
     ref = resolve_model(str(folder))
     assert ref.model == str(folder) and ref.load_format == "auto" and not ref.synthetic
     assert ref.shape.name == "my-model" and ref.shape.num_params == LLAMA.num_params
