@@ -200,3 +200,13 @@ def test_the_most_trials_is_the_maximum_when_adaptive():
 
 def test_headline_metrics_are_the_verdicts():
     assert HEADLINE == stats.VERDICT_METRICS
+
+
+def test_the_arms_complete_line_says_how_many_trials_ran_and_why_they_stopped():
+    from labkit.experiment import _trials_text
+
+    assert _trials_text({}, Protocol(trials=3), 2) == "3 trial(s) x 2 load(s)"  # the fixed protocol's line, as before
+    assert _trials_text({"trials_run": 4, "stopped": "precise"}, Protocol(), 1) == \
+        "4 trial(s) over 1 load(s) (stopped: precise)"
+    assert _trials_text({"trials_run": 9, "stopped": "maximum", "stopped_by_load": {"a": "precise", "b": "maximum"}},
+                        Protocol(), 2) == "9 trial(s) over 2 load(s) (stopped: a precise, b maximum)"
