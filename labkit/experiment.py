@@ -104,6 +104,9 @@ class Experiment:
                 check_name(part, f"part of load {name!r}")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
+        if self.protocol.decide_against is not None and self.protocol.decide_against not in self.arms:
+            raise BadParameter(f"protocol.decide_against names arm {self.protocol.decide_against!r}, which this "
+                               f"experiment does not have; name one of {list(self.arms)} (measured first) or None")
         check_knobs(self.base, "base")
         check_knobs(self.overrides, "overrides")
         for arm, knobs in self.arms.items():
@@ -157,7 +160,7 @@ class Experiment:
         args = {k: v for k, v in self._engine_args(plan, ref).items() if k != "model"}
         return {"model": self.model, "shape": ref.to_dict()["shape"], "context": self.context, "knobs": plan.knobs,
                 "engine_args": args, **({"variables": plan.variables} if plan.variables else {}),
-                "workloads": self._workload_dicts(), "protocol": self.protocol.__dict__}
+                "workloads": self._workload_dicts(), "protocol": self.protocol.to_dict()}
 
     def _workload_dicts(self) -> dict:
         return {name: w.to_dict() for name, w in self.loads.items()}
@@ -237,7 +240,7 @@ class Experiment:
             self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
                               "context": self.context, "arms": self.arms, "base": self.base,
                               "overrides": self.overrides, "workloads": self._workload_dicts(),
-                              "protocol": self.protocol.__dict__})
+                              "protocol": self.protocol.to_dict()})
             self.store.clean_work()
             for arm, plan in plans.items():
                 if plan.not_applicable:
@@ -250,14 +253,27 @@ class Experiment:
             bar.close()
         return load(self.name, self.store.path.parent)
 
+    def _reference(self, arm: str) -> dict | None:
+        """The protocol's reference arm's per-trial values, for an adaptive arm's "decided" stop: None for the
+        reference itself, a fixed protocol, or a reference not yet (or not) complete in the store."""
+        reference = self.protocol.decide_against
+        if not self.protocol.adaptive or reference is None or arm == reference \
+                or self.store.completed_spec(reference) is None:
+            return None
+        from labkit.analyze.stopping import reference_values
+
+        return reference_values(load(self.name, self.store.path.parent), reference)
+
     def _run_one(self, arm, plan, spec, vocab, progress, bar) -> None:
         from tqdm.auto import tqdm
 
         job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
-                     self._workload_dicts(), self.protocol.__dict__, vocab, self.platform.kind, self.context,
+                     self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind, self.context,
                      arm_variables=spec.get("variables", {}),
-                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)))
-        trials = tqdm(total=self.protocol.trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
+                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)),
+                     reference=self._reference(arm))
+        # "auto" may stop before its maximum: the bar's total is the most it can run
+        trials = tqdm(total=self.protocol.most_trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
                       disable=not progress)
 
         def on_progress(event):
@@ -280,12 +296,24 @@ class Experiment:
                                                  "environment": result.get("environment", {}),
                                                  "seconds": outcome.seconds, "recorded_utc": now})
             # one plain line per arm: a stored notebook says what happened where its progress bars cannot
-            init = (outcome.facts or {}).get("init_s")
+            facts = outcome.facts or {}
+            init = facts.get("init_s")
             bar.write(f"arm {arm!r}: complete in {outcome.seconds:.0f} s"
-                      + (f" (engine start {init:.0f} s)" if init else "")
-                      + f", {self.protocol.trials} trial(s) x {len(self.loads)} load(s)")
+                      + (f" (engine start {init:.0f} s)" if init else "") + ", " + _trials_text(facts, self.protocol,
+                                                                                           len(self.loads)))
         else:
             where = self.store.record_failure(arm, workdir, {"arm": arm, "spec": spec, "cause": outcome.cause,
                                                              "log_tail": outcome.log_tail,
                                                              "seconds": outcome.seconds, "recorded_utc": now})
             bar.write(f"arm {arm!r} failed: {outcome.cause} (log: {where / 'engine.log'})")
+
+
+def _trials_text(facts: dict, protocol: Protocol, loads: int) -> str:
+    """How many trials an arm ran, and, when the protocol chose, why it stopped."""
+    if not protocol.adaptive:
+        return f"{protocol.trials} trial(s) x {loads} load(s)"
+    ran = facts.get("trials_run", "?")
+    by_load = facts.get("stopped_by_load")
+    why = (", ".join(f"{load} {reason}" for load, reason in by_load.items()) if by_load
+           else facts.get("stopped", "?"))
+    return f"{ran} trial(s) over {loads} load(s) (stopped: {why})"

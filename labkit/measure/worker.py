@@ -1,5 +1,5 @@
 """Inside an arm's worker process: start the engine with the deployment's usage context, record what vLLM
-resolved, warm up, run the timed trials of every load, an optional profiler window, and write the results
+resolved, warm up, run the timed trials of every load (as many as the protocol's stopping rule asks), an optional profiler window, and write the results
 into the arm's private folder. Errors are written down, never raised: the parent classifies them."""
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ class ArmJob:
     user_variables: dict = field(default_factory=dict)  # VLLM_*/NCCL_* as the user set them
     arm_variables: dict = field(default_factory=dict)  # the arm's `environment` knob: set in this worker only
     compile_cache: str | None = None  # VLLM_CACHE_ROOT for this machine and vLLM version, unless the user set one
+    # the protocol's reference arm (decide_against) as measured earlier: load -> headline metric -> per-trial values
+    reference: dict | None = None
 
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
@@ -103,6 +105,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from labkit.measure.environment import fingerprint
     from labkit.spec.launch import engine_launch
     from labkit.analyze.profiling import find_traces, summary as trace_summary
+    from labkit.analyze.stopping import arm_reason, stop_reason, trial_values
     from labkit.measure.resolved import resolve
     from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
     from labkit.measure.gpu_state import GpuStateSampler
@@ -133,18 +136,29 @@ async def _measure(job: ArmJob, out: Path) -> None:
         gpu_state = GpuStateSampler()
         if job.platform_kind == "cuda":  # a GPU whose clocks were not watched says so; a CPU has none to watch
             facts["gpu_state"] = "sampled through NVML" if gpu_state.available else f"not sampled: {gpu_state.why_not}"
-        rows, trials = [], []
+        rows, trials, stopped, ran = [], [], {}, {}
         for index, (load, spec) in enumerate(job.workloads.items()):
             workload = Workload.from_dict(spec)  # a Workload or a Mix
             _progress(out, stage=f"warm-up {load}")
             await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
                           sampling, load_index=index)
-            for trial in range(protocol.trials):
+            values, spent, trial, reason = {}, 0.0, 0, None
+            while reason is None:  # a fixed protocol stops at its number, "auto" when the rule says so
+                began = time.perf_counter()
                 trial_rows, summary = await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index,
                                                         gpu_state)
+                spent += time.perf_counter() - began
                 rows += [{**row, "load": load} for row in trial_rows]
                 trials.append({**summary, "load": load})
                 _progress(out, stage="trial", trial=trial, load=load)
+                for name, value in trial_values(summary, trial_rows).items():
+                    values.setdefault(name, []).append(value)
+                trial += 1
+                reason = stop_reason(values, protocol, (job.reference or {}).get(load), spent, len(job.workloads))
+            stopped[load], ran[load] = reason, trial
+        facts.update(stopped=arm_reason(stopped), trials_run=sum(ran.values()))
+        if len(ran) > 1:  # each load stops on its own: say which stopped why
+            facts.update(stopped_by_load=stopped, trials_by_load=ran)
         if protocol.profile_requests:
             _progress(out, stage="profiling")
             first = Workload.from_dict(next(iter(job.workloads.values())))  # a Workload or a Mix
