@@ -157,9 +157,16 @@ def run_all_from_the_menu(driver) -> None:
     # notebook tracker can take a moment to follow, and until it does "Run All Cells" is drawn disabled and a
     # click on it does nothing (seen: the first test's cell never ran): the menu is opened until it is enabled
     def enabled_item():
+        from selenium.common.exceptions import ElementClickInterceptedException
+        from selenium.webdriver.common.keys import Keys
+
         driver.execute_script("const shell = window.jupyterapp.shell; shell.activateById(shell.currentWidget.id)")
         menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
-        menu.click()
+        try:
+            menu.click()
+        except ElementClickInterceptedException:  # a first start's dialog or toast over the menu bar (seen on a
+            driver.switch_to.active_element.send_keys(Keys.ESCAPE)  # busy machine): dismissed, then asked again
+            return None
         items = wait_for(lambda: [i for i in driver.find_elements("css selector", ".lm-Menu-item")
                                   if i.text.strip().startswith("Run All Cells")], 10, "the Run menu open", driver)
         if "lm-mod-disabled" not in (items[0].get_attribute("class") or ""):
