@@ -156,10 +156,10 @@ def run_all_from_the_menu(driver) -> None:
     # one: the notebook in view is made the active one, as a click on its tab would. On a fresh start the
     # notebook tracker can take a moment to follow, and until it does "Run All Cells" is drawn disabled and a
     # click on it does nothing (seen: the first test's cell never ran): the menu is opened until it is enabled
-    def enabled_item():
-        from selenium.common.exceptions import ElementClickInterceptedException
-        from selenium.webdriver.common.keys import Keys
+    from selenium.common.exceptions import ElementClickInterceptedException
+    from selenium.webdriver.common.keys import Keys
 
+    def enabled_item():
         driver.execute_script("const shell = window.jupyterapp.shell; shell.activateById(shell.currentWidget.id)")
         menu = next(m for m in driver.find_elements("css selector", ".lm-MenuBar-item") if m.text.strip() == "Run")
         try:
@@ -178,8 +178,12 @@ def run_all_from_the_menu(driver) -> None:
         prompts = driver.execute_script(f"return [...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
                                         ".map(x => x.textContent.trim())")
         return any(p != "[ ]:" for p in prompts)
-    for attempt in range(2):
-        wait_for(enabled_item, 30, "Run All Cells enabled in the Run menu", driver).click()
+    for attempt in range(3):
+        try:
+            wait_for(enabled_item, 30, "Run All Cells enabled in the Run menu", driver).click()
+        except ElementClickInterceptedException:  # something drawn over the open menu: dismissed, asked again
+            driver.switch_to.active_element.send_keys(Keys.ESCAPE)
+            continue
         try:
             return wait_for(started, 15, "the cells queued after Run All Cells", driver if attempt else None)
         except AssertionError:
