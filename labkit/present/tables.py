@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from labkit.analyze import stats
+from labkit.analyze import noise, stats
 
 
 def cell(value: float, low: float, high: float) -> str:
@@ -35,9 +35,10 @@ def record_table(record: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["load", "arm"])
 
 
-ADVICE_COLOURS = {"better": "background-color: #c8e6c9", "worse": "background-color: #ffcdd2",
-                  "no detectable difference": "color: #616161", "consider it": "background-color: #c8e6c9",
-                  "choose by your SLO": "background-color: #fff9c4"}
+ADVICE_COLOURS = {stats.BETTER: "background-color: #c8e6c9", stats.WORSE: "background-color: #ffcdd2",
+                  stats.NO_DIFFERENCE: "color: #616161", stats.TOO_FEW: "color: #616161",
+                  stats.TOO_NOISY: "background-color: #ffe0b2", "consider it": "background-color: #c8e6c9",
+                  "choose by your SLO": "background-color: #fff9c4", noise.ADVICE: "background-color: #ffe0b2"}
 
 
 def coloured(table: pd.DataFrame, column: str):
@@ -47,8 +48,10 @@ def coloured(table: pd.DataFrame, column: str):
 
 def conclusions(record: pd.DataFrame, baseline_arm: str):
     """The record's conclusions as a table: one row per load and compared arm, the metrics it wins and
-    loses on against the baseline and the advice, coloured; a caution column only where the machine moved."""
+    loses on against the baseline and the advice, coloured; a caution column only where the machine moved, and
+    a "too noisy on" column only where the host's load explains a change."""
     table = stats.arm_outcomes(record, baseline_arm).drop(columns="sentence")
-    if not table.caution.any():
-        table = table.drop(columns="caution")
+    for column in ("too noisy on", "caution"):
+        if not table[column].any():
+            table = table.drop(columns=column)
     return coloured(table, "advice")
