@@ -22,7 +22,8 @@ def with_intervals(summary: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
 
 def record_table(record: pd.DataFrame) -> pd.DataFrame:
     """stats.ab_record as one row per load and arm (in the record's order): per metric its value with the
-    interval, and for each compared arm the change with its interval and the verdict, in one cell each."""
+    interval, and for each compared arm the change with its interval and the verdict, in one cell each; a
+    caution column (GPU clocks, host load) only where the machine moved between the arms."""
     rows = []
     for (load, arm), part in record.groupby(["load", "arm"], sort=False):
         row = {"load": load, "arm": arm}
@@ -31,6 +32,9 @@ def record_table(record: pd.DataFrame) -> pd.DataFrame:
             change = getattr(r, "change", float("nan"))
             row[f"{r.metric} change"] = ("reference" if pd.isna(change) else
                                          f"{change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}] {r.verdict}")
+        notes = part["caution"].dropna().unique() if "caution" in part else []
+        if len(notes):
+            row["caution"] = "; ".join(notes)
         rows.append(row)
     return pd.DataFrame(rows).set_index(["load", "arm"])
 

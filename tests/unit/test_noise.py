@@ -186,3 +186,17 @@ def test_re_measurements_are_bounded_per_arm():
     assert [r["host_other_cores"] for r in remeasured] == [1.9, 1.8]
     _, summary, asked, _ = _retry([1.9, 0.1], remeasured)  # the arm's re-measurements are spent
     assert asked == [0] and summary["remeasured"] == 0
+
+
+def test_the_record_table_and_the_explorer_table_carry_the_caution_only_where_the_machine_moved():
+    from labkit.present.explore import values_table
+    from labkit.present.tables import record_table
+    noisy, quiet = results_of(QUICKSTART), results_of({"a": ([100.0, 101.0, 99.0], [0.1] * 3),
+                                                       "b": ([88.3, 89.0, 87.6], [0.1] * 3)})
+    table = record_table(stats.ab_record(noisy, "max_num_seqs=8", ["output_tok_s"]))
+    assert table.loc[("default", "max_num_seqs=32"), "output_tok_s change"].endswith(stats.TOO_NOISY)
+    assert table.loc[("default", "max_num_seqs=32"), "caution"].startswith("host load")
+    assert "caution" not in record_table(stats.ab_record(quiet, "a", ["output_tok_s"]))
+    explored = values_table(noisy, "output_tok_s", "max_num_seqs=8")
+    assert explored.verdict.tolist() == ["", stats.TOO_NOISY] and explored.caution.tolist()[0] == ""
+    assert "caution" not in values_table(quiet, "output_tok_s", "a")
