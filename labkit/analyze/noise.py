@@ -103,7 +103,7 @@ def free_shift(base: ArmLoad, cand: ArmLoad) -> float | None:
     return cand.free / base.free - 1
 
 
-def _load_effect(shift: float, level: str, column: str, percentile) -> float | None:
+def _load_effect(shift: float, level: str, column: str) -> float | None:
     """The largest relative change the free cores' shift explains in a metric: a rate (tokens or requests per
     second) scales with the cores, a time inversely; None for the counts and shares the cores do not drive
     (preemptions, prefix-cache hits, KV usage)."""
@@ -122,7 +122,7 @@ def explains(results, baseline_arm: str, arm: str, m, rel_change: float) -> str 
     shift = free_shift(base, cand)
     if shift is None or not math.isfinite(rel_change):
         return None
-    effect = _load_effect(shift, m.level, m.column, m.percentile)
+    effect = _load_effect(shift, m.level, m.column)
     if effect is None or effect * rel_change <= 0 or abs(effect) < abs(rel_change):
         return None
     return (f"the cores free to the engine alone can move {m.name} by {effect:+.1%} between these arms' trials, "
