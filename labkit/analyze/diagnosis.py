@@ -17,15 +17,17 @@ def side_effects(results, baseline: str, arm: str, target: str) -> tuple[list[st
     than `baseline`."""
     verdicts = {name: stats.compare(results, baseline, arm, name).verdict
                 for name in stats.VERDICT_METRICS if name != target}
-    return ([n for n, v in verdicts.items() if v == "better"], [n for n, v in verdicts.items() if v == "worse"])
+    return ([n for n, v in verdicts.items() if v == stats.BETTER], [n for n, v in verdicts.items() if v == stats.WORSE])
 
 
 def helps(results, current: str, arm: str, target: str) -> bool:
     """Better than the current launch on the target; or no detectable difference there while better on
     another headline metric and worse on none."""
     verdict = stats.compare(results, current, arm, target).verdict
-    if verdict != "no detectable difference":
-        return verdict == "better"
+    if verdict == stats.TOO_NOISY:  # the host's load explains the change: no evidence either way
+        return False
+    if verdict != stats.NO_DIFFERENCE:
+        return verdict == stats.BETTER
     better, worse = side_effects(results, current, arm, target)
     return bool(better) and not worse
 
@@ -42,7 +44,7 @@ def choose(results, singles: list[str], combined: str | None, target: str) -> tu
     m = stats.metric(target)
 
     def beats(a, b):
-        return stats.compare(results, b, a, target).verdict == "better" and not side_effects(results, b, a, target)[1]
+        return stats.compare(results, b, a, target).verdict == stats.BETTER and not side_effects(results, b, a, target)[1]
 
     unbeaten = [a for a in finalists if not any(beats(b, a) for b in finalists if b != a)]
     value = {arm: stats.point(stats.groups(results, arm, m), m) for arm in unbeaten}
@@ -50,7 +52,7 @@ def choose(results, singles: list[str], combined: str | None, target: str) -> tu
                                                        else -value[a])
     trades = [f"{arm} alone has the better {target} and is worse on "
               f"{', '.join(side_effects(results, chosen, arm, target)[1])}: choose it by your SLO"
-              for arm in unbeaten if arm != chosen and stats.compare(results, chosen, arm, target).verdict == "better"]
+              for arm in unbeaten if arm != chosen and stats.compare(results, chosen, arm, target).verdict == stats.BETTER]
     return chosen, trades
 
 
@@ -68,7 +70,7 @@ def ranked_changes(results, current: str, target: str, changes: dict[str, dict])
         better, worse = side_effects(results, current, arm, target)
         rows.append({"arm": arm, **about, target: c.candidate, "change": c.rel_change, "ci_low": c.ci_low,
                      "ci_high": c.ci_high, "verdict": c.verdict, "also better on": ", ".join(better),
-                     "also worse on": ", ".join(worse)})
+                     "also worse on": ", ".join(worse), "caution": c.caution})
     table = pd.DataFrame(rows)
     if "change" in table:
         gain = -table.change if m.lower_is_better else table.change

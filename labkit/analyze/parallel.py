@@ -140,7 +140,8 @@ def compare_per_gpu(results, baseline: str, candidate: str) -> stats.Comparison 
     m = stats.metric("output_tok_s")
     base = [g / sizes[baseline] for g in stats.groups(results, baseline, m)]
     cand = [g / sizes[candidate] for g in stats.groups(results, candidate, m)]
-    return replace(stats.compare_groups(base, cand, m), metric="output_tok_s_per_gpu")
+    return replace(stats.machine_aware(results, baseline, candidate, m, stats.compare_groups(base, cand, m)),
+                   metric="output_tok_s_per_gpu")
 
 
 def replicas_or_split(results, split: str = "tp2", replicas: str = "dp2") -> str:
@@ -150,9 +151,9 @@ def replicas_or_split(results, split: str = "tp2", replicas: str = "dp2") -> str
         missing = [f"{arm!r} is {s}" + (f" ({why})" if why else "") for arm in (split, replicas)
                    for s, why in [_status(results, arm)] if s != "complete"]
         return f"{NOT_MEASURABLE}: {'; '.join(missing)}"
-    if c.verdict == "better":
+    if c.verdict == stats.BETTER:
         return f"replicas ({replicas}) give more output per GPU than the split ({split}): {c.sentence()}"
-    if c.verdict == "worse":
+    if c.verdict == stats.WORSE:
         return f"the split ({split}) gives more output per GPU than replicas ({replicas}): {c.sentence()}"
     return f"no detectable difference per GPU between {replicas} and {split}: {c.sentence()}"
 

@@ -6,17 +6,23 @@ it falls back to resampling values. Trial-level metrics (throughput) resample tr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
-from labkit.analyze import gpu_state
+from labkit.analyze import gpu_state, noise
 from labkit.spec.lists import as_list
 
 N_BOOT = 1000
+# The verdicts a comparison can reach, named once: every table, colour and mapping reads them from here.
+BETTER, WORSE = "better", "worse"
+NO_DIFFERENCE = "no detectable difference"
+TOO_FEW = "too few trials"
+TOO_NOISY = "too noisy to judge here"  # the host's outside load moved more than the arms differ (labkit.analyze.noise)
+VERDICTS = (BETTER, WORSE, NO_DIFFERENCE, TOO_FEW, TOO_NOISY)
 
 
 @dataclass(frozen=True)
@@ -151,17 +157,22 @@ class Comparison:
     rel_change: float  # candidate / baseline - 1
     ci_low: float
     ci_high: float
-    verdict: str  # "better", "worse", "no detectable difference" or "too few trials"
+    verdict: str  # one of VERDICTS
     threshold: float = 0.0  # the smallest change that counted
+    caution: str | None = None  # how the machine moved between the arms' trials (GPU clocks, host load)
+    too_noisy: str | None = None  # with TOO_NOISY: why the load explains the change, and what to do
 
     def sentence(self) -> str:
-        """One line: both values, the relative change with its 95 % CI, and the verdict."""
+        """One line: both values, the relative change with its 95 % CI, the verdict, and any caution."""
         verdict = self.verdict
-        if verdict == "no detectable difference" and self.threshold and (self.ci_low > 0 or self.ci_high < 0):
+        if verdict == NO_DIFFERENCE and self.threshold and (self.ci_low > 0 or self.ci_high < 0):
             # the CI excludes no change, but not the band within the threshold: say so, not "no difference"
             verdict += f" beyond +/-{self.threshold:.0%}"
-        return (f"{self.metric}: {self.baseline:.4g} -> {self.candidate:.4g} ({self.rel_change:+.1%}, "
+        if self.too_noisy:
+            verdict += f" ({self.too_noisy})"
+        line = (f"{self.metric}: {self.baseline:.4g} -> {self.candidate:.4g} ({self.rel_change:+.1%}, "
                 f"95% CI {self.ci_low:+.1%} to {self.ci_high:+.1%}): {verdict}")
+        return line + (f" [caution: {self.caution}]" if self.caution else "")
 
 
 def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, threshold: float = 0.0,
@@ -176,7 +187,7 @@ def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, th
     if m.level == "trial" and min(sum(len(g) for g in base), sum(len(g) for g in cand)) < 2:
         # one trial-level value has no spread to compare against: its "interval" would have zero width
         return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), float("nan"), float("nan"),
-                          "too few trials")
+                          TOO_FEW)
     rel = replicates(cand, m, seed=2) / replicates(base, m, seed=1) - 1
     alpha = (1 - confidence) / 2
     low, high = float(np.nanquantile(rel, alpha)), float(np.nanquantile(rel, 1 - alpha))
@@ -191,8 +202,8 @@ def verdict(low: float, high: float, m: Metric, threshold: float = 0.0) -> str:
     elif high < -threshold:
         direction = "lower"
     else:
-        return "no detectable difference"
-    return "worse" if (direction == "higher") == m.lower_is_better else "better"
+        return NO_DIFFERENCE
+    return WORSE if (direction == "higher") == m.lower_is_better else BETTER
 
 
 # two-sided 95 % quantiles of Student's t for 1..10 degrees of freedom; beyond, the Cornish-Fisher expansion
@@ -212,12 +223,25 @@ def t_quantile(df: int) -> float:
 
 
 def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, threshold: float = 0.0) -> Comparison:
-    """`compare_groups` on one metric between two complete arms of the results."""
+    """`compare_groups` on one metric between two complete arms of the results, aware of the machine: the
+    comparison carries a caution where the arms' GPU clocks or slowdowns (labkit.analyze.gpu_state) or the
+    host's outside load (labkit.analyze.noise) differed, and a better/worse that the load alone explains
+    becomes TOO_NOISY."""
     for arm in (baseline_arm, candidate_arm):
         if arm not in results.complete_arms:
             raise BadParameter(f"arm {arm!r} has no complete results; complete arms: {results.complete_arms}")
     m = metric(metric_name)
-    return compare_groups(groups(results, baseline_arm, m), groups(results, candidate_arm, m), m, threshold)
+    c = compare_groups(groups(results, baseline_arm, m), groups(results, candidate_arm, m), m, threshold)
+    return machine_aware(results, baseline_arm, candidate_arm, m, c)
+
+
+def machine_aware(results, baseline_arm: str, candidate_arm: str, m: Metric, c: Comparison) -> Comparison:
+    """The comparison of two arms' values with how the machine moved between their trials: the GPU's and the
+    host's cautions joined, and TOO_NOISY (with the reason) for a better/worse the outside load explains."""
+    notes = [n for n in (gpu_state.caution(results.trials, baseline_arm, candidate_arm),
+                         noise.caution(results, baseline_arm, candidate_arm)) if n]
+    why = noise.explains(results, baseline_arm, candidate_arm, m, c.rel_change) if c.verdict in (BETTER, WORSE) else None
+    return replace(c, caution="; ".join(notes) or None, **({"verdict": TOO_NOISY, "too_noisy": why} if why else {}))
 
 
 def by_load(results, arm: str, x_by_load: dict[str, float], metrics: list[str], x: str = "x") -> pd.DataFrame:
@@ -259,7 +283,8 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
     """The record a team files: per load, arm and metric the value with its CI, and the change against
     the baseline arm with its CI and verdict; `caution` names GPU clocks that differed between the two arms
-    or trials the driver slowed (labkit.analyze.gpu_state), where they were sampled."""
+    or trials the driver slowed (labkit.analyze.gpu_state), where they were sampled, and outside load on the
+    host that differed or was heavy (labkit.analyze.noise); a verdict the load explains is TOO_NOISY."""
     if baseline_arm not in results.complete_arms:
         raise BadParameter(f"no complete arm {baseline_arm!r} to compare with; complete arms: {results.complete_arms}")
     rows = []
@@ -271,22 +296,31 @@ def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float =
             if row.arm != baseline_arm and baseline_arm in part.complete_arms:
                 c = compare(part, baseline_arm, row.arm, row.metric, threshold)
                 entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict,
-                             caution=gpu_state.caution(part.trials, baseline_arm, row.arm))
+                             caution=c.caution)
             rows.append(entry)
     return pd.DataFrame(rows)
 
 
 def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
     """One row per load (where the record has loads) and compared arm: the metrics it wins and loses on,
-    the advice that follows, any caution about the machine, and the same as one sentence."""
+    those too noisy to judge, the advice that follows, any caution about the machine, and the same as one
+    sentence. A metric too noisy to judge is no verdict: it may hide a loss or a gain, so the advice is to
+    measure again on a quiet machine, whatever the other metrics say."""
     others = record.dropna(subset=["verdict"]) if "verdict" in record else record.iloc[0:0]
     keys = ["load", "arm"] if "load" in others else ["arm"]
     rows = []
     for key, part in others.groupby(keys, sort=False):
         arm = key[-1] if isinstance(key, tuple) else key
-        better = sorted(set(part.loc[part.verdict == "better", "metric"]))
-        worse = sorted(set(part.loc[part.verdict == "worse", "metric"]))
-        if better and not worse:
+        better = sorted(set(part.loc[part.verdict == BETTER, "metric"]))
+        worse = sorted(set(part.loc[part.verdict == WORSE, "metric"]))
+        noisy = sorted(set(part.loc[part.verdict == TOO_NOISY, "metric"]))
+        if noisy:
+            judged = ([f"better on {', '.join(better)}"] if better else []) + (
+                [f"worse on {', '.join(worse)}"] if worse else [])
+            advice = noise.ADVICE
+            sentence = (f"{arm}: {TOO_NOISY} on {', '.join(noisy)}, the host's outside load moved more than the "
+                        f"arms differ" + (f" ({'; '.join(judged)})" if judged else ""))
+        elif better and not worse:
             advice, sentence = "consider it", f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing"
         elif worse and not better:
             advice, sentence = f"keep {baseline_arm}", f"{arm} is worse on {', '.join(worse)}"
@@ -297,8 +331,9 @@ def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
         notes = "; ".join(part.caution.dropna().unique()) if "caution" in part else ""
         sentence += f": {advice}" + (f" (caution, the machine moved too: {notes})" if notes else "")
         rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "better on": ", ".join(better),
-                     "worse on": ", ".join(worse), "advice": advice, "caution": notes, "sentence": sentence})
-    return pd.DataFrame(rows, columns=keys + ["better on", "worse on", "advice", "caution", "sentence"])
+                     "worse on": ", ".join(worse), "too noisy on": ", ".join(noisy), "advice": advice,
+                     "caution": notes, "sentence": sentence})
+    return pd.DataFrame(rows, columns=keys + ["better on", "worse on", "too noisy on", "advice", "caution", "sentence"])
 
 
 def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
@@ -333,6 +368,6 @@ def ranking(results, metric_name: str) -> pd.DataFrame:
             verdicts.append("best")
             continue
         c = compare(results, best, arm, metric_name)
-        verdicts.append("within noise of the best" if c.verdict == "no detectable difference"
+        verdicts.append("within noise of the best" if c.verdict == NO_DIFFERENCE
                         else f"{c.rel_change:+.1%} vs the best ({c.verdict})")
     return summary.assign(rank=range(1, len(summary) + 1), verdict=verdicts).reset_index(drop=True)

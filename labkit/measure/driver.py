@@ -161,17 +161,18 @@ async def _sample_kv_usage(samples: list[float], interval: float, stop: asyncio.
             pass
 
 
-def content_seed(load_index: int, trial: int) -> int:
-    """Fresh token content per load and trial (warm-up is trial -1): no load or trial is served from
-    another's prefix cache, since equal seeds would draw equal leading tokens."""
-    return 1_000_000 * load_index + 1000 + trial
+def content_seed(load_index: int, trial: int, attempt: int = 0) -> int:
+    """Fresh token content per load, trial and attempt (warm-up is trial -1; a trial measured again after
+    heavy outside load is attempt 1, 2): no load, trial or attempt is served from another's prefix cache,
+    since equal seeds would draw equal leading tokens."""
+    return 1_000_000 * load_index + 1000 + trial + 100_000 * attempt
 
 
 async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
-                    load_index: int = 0, gpu_state: GpuStateSampler | None = None):
+                    load_index: int = 0, gpu_state: GpuStateSampler | None = None, attempt: int = 0):
     """One timed trial: its per-request rows, and a summary row with throughput, peak KV usage, cores other
     processes kept busy, the engine counters' deltas and, where NVML answers, the GPUs' clocks, temperature,
-    power and slowdowns during the trial."""
+    power and slowdowns during the trial. `attempt` > 0 measures the trial again with fresh content."""
     before, others = read_counters(), OtherLoad()
     if gpu_state is not None:
         gpu_state.start()
@@ -183,7 +184,8 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     gc.collect()
     gc.disable()
     try:
-        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial), sampling)
+        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial, attempt),
+                                          sampling)
     finally:
         gc.enable()
     stop.set()

@@ -45,7 +45,8 @@ def only_arms(results: Results, arms: list[str]) -> Results:
 
 def values_table(results: Results, metric_name: str, reference: str) -> pd.DataFrame:
     """Per arm in the experiment's order: "value [low, high]" with the 95 % interval, the change against the
-    reference arm with its interval, and the verdict."""
+    reference arm with its interval, the verdict, and a caution column where the machine moved (GPU clocks,
+    host load)."""
     record = stats.ab_record(results, reference, [metric_name])
     order = [a for a in results.arms.arm if a in set(record.arm)]
     rows = []
@@ -53,11 +54,13 @@ def values_table(results: Results, metric_name: str, reference: str) -> pd.DataF
         r = record[record.arm == arm].iloc[0]
         row = {"arm": arm, metric_name: cell(r.value, r.ci_low, r.ci_high)}
         if arm != reference and pd.notna(r.get("change")):
-            row.update(change=f"{r.change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}]", verdict=r.verdict)
+            row.update(change=f"{r.change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}]", verdict=r.verdict,
+                       caution=r.get("caution") if isinstance(r.get("caution"), str) else "")
         else:
-            row.update(change="reference", verdict="")
+            row.update(change="reference", verdict="", caution="")
         rows.append(row)
-    return pd.DataFrame(rows, columns=["arm", metric_name, "change", "verdict"])
+    table = pd.DataFrame(rows, columns=["arm", metric_name, "change", "verdict", "caution"])
+    return table if table.caution.astype(bool).any() else table.drop(columns="caution")
 
 
 def styled(table: pd.DataFrame):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from labkit.analyze import stats
+from labkit.analyze import noise, stats
 
 
 def cell(value: float, low: float, high: float) -> str:
@@ -22,7 +22,8 @@ def with_intervals(summary: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
 
 def record_table(record: pd.DataFrame) -> pd.DataFrame:
     """stats.ab_record as one row per load and arm (in the record's order): per metric its value with the
-    interval, and for each compared arm the change with its interval and the verdict, in one cell each."""
+    interval, and for each compared arm the change with its interval and the verdict, in one cell each; a
+    caution column (GPU clocks, host load) only where the machine moved between the arms."""
     rows = []
     for (load, arm), part in record.groupby(["load", "arm"], sort=False):
         row = {"load": load, "arm": arm}
@@ -31,13 +32,17 @@ def record_table(record: pd.DataFrame) -> pd.DataFrame:
             change = getattr(r, "change", float("nan"))
             row[f"{r.metric} change"] = ("reference" if pd.isna(change) else
                                          f"{change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}] {r.verdict}")
+        notes = part["caution"].dropna().unique() if "caution" in part else []
+        if len(notes):
+            row["caution"] = "; ".join(notes)
         rows.append(row)
     return pd.DataFrame(rows).set_index(["load", "arm"])
 
 
-ADVICE_COLOURS = {"better": "background-color: #c8e6c9", "worse": "background-color: #ffcdd2",
-                  "no detectable difference": "color: #616161", "consider it": "background-color: #c8e6c9",
-                  "choose by your SLO": "background-color: #fff9c4"}
+ADVICE_COLOURS = {stats.BETTER: "background-color: #c8e6c9", stats.WORSE: "background-color: #ffcdd2",
+                  stats.NO_DIFFERENCE: "color: #616161", stats.TOO_FEW: "color: #616161",
+                  stats.TOO_NOISY: "background-color: #ffe0b2", "consider it": "background-color: #c8e6c9",
+                  "choose by your SLO": "background-color: #fff9c4", noise.ADVICE: "background-color: #ffe0b2"}
 
 
 def coloured(table: pd.DataFrame, column: str):
@@ -47,8 +52,10 @@ def coloured(table: pd.DataFrame, column: str):
 
 def conclusions(record: pd.DataFrame, baseline_arm: str):
     """The record's conclusions as a table: one row per load and compared arm, the metrics it wins and
-    loses on against the baseline and the advice, coloured; a caution column only where the machine moved."""
+    loses on against the baseline and the advice, coloured; a caution column only where the machine moved, and
+    a "too noisy on" column only where the host's load explains a change."""
     table = stats.arm_outcomes(record, baseline_arm).drop(columns="sentence")
-    if not table.caution.any():
-        table = table.drop(columns="caution")
+    for column in ("too noisy on", "caution"):
+        if not table[column].any():
+            table = table.drop(columns=column)
     return coloured(table, "advice")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from labkit import settings
 from labkit.errors import BadParameter, DamagedStore, StoreConflict
+from labkit.analyze import stats
 from labkit.analyze.stats import VERDICT_METRICS, compare_groups, groups, metric, point, t_quantile
 from labkit.analyze.stats import verdict as stats_verdict
 from labkit.store import ExperimentStore, check_name, read_record, spec_hash
@@ -26,8 +27,8 @@ from labkit.files import write_json_atomic
 from labkit.spec.numbers import NON_NEGATIVE, check_numbers
 from labkit.suite.runs import readable, suite_meta
 
-_VERDICT = {"worse": "regression", "better": "improvement", "no detectable difference": "no detectable change",
-            "too few trials": "too few trials to judge"}
+_VERDICT = {stats.WORSE: "regression", stats.BETTER: "improvement", stats.NO_DIFFERENCE: "no detectable change",
+            stats.TOO_FEW: "too few trials to judge", stats.TOO_NOISY: stats.TOO_NOISY}
 DAMAGED = "damaged: not judged"  # a stored file that cannot be read: named in the row's note
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import labkit as lk
 from labkit.analyze import stats
+from labkit.measure.worker import REMEASURE_SHARE
 
 pytestmark = pytest.mark.engine
 
@@ -82,6 +83,13 @@ def test_engine_counters_and_trials_recorded(batch_results):
     # the engine's own processes are not "other load": on this otherwise idle machine the rest of the host
     # stays well under one core while the engine keeps its cores busy
     assert trials.host_other_cores.between(0, 1.0).all(), trials.host_other_cores.tolist()
+    # a trial measured again because the host was busy says so, and its arm keeps the discarded loads
+    arms = batch_results.arms.set_index("arm")
+    for arm in ("seqs1", "seqs16"):
+        mine, discarded = trials[trials.arm == arm], json.loads(arms.loc[arm, "remeasured"])
+        assert arms.loc[arm, "trials_remeasured"] == int((mine.remeasured > 0).sum()) <= len(discarded) <= 2
+        heavy = REMEASURE_SHARE * batch_results.environment[arm]["cpu_count"]  # more than half the cores
+        assert all(d["host_other_cores"] > heavy for d in discarded), discarded
 
 
 def test_resolved_config_recorded(batch_results):
