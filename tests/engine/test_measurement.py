@@ -1,5 +1,6 @@
 """The real vLLM CPU engine on the tiny model: what the runner records, and that it measures real effects."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -80,9 +81,10 @@ def test_engine_counters_and_trials_recorded(batch_results):
     assert (trials.engine_generation_tokens == 24 * OUTPUT_LEN).all()
     assert (trials.engine_prompt_tokens == 24 * PROMPT_LEN).all()
     assert (trials.preemptions == 0).all()
-    # the engine's own processes are not "other load": on this otherwise idle machine the rest of the host
-    # stays well under one core while the engine keeps its cores busy
-    assert trials.host_other_cores.between(0, 1.0).all(), trials.host_other_cores.tolist()
+    # the engine's own processes are not "other load": counted, they alone would fill every core during a trial;
+    # what other work adds depends on the machine (on an idle one it stays under one core, on a busy CI host not)
+    assert trials.host_other_cores.between(0, os.cpu_count()).all(), trials.host_other_cores.tolist()
+    assert (trials.host_other_cores < os.cpu_count() - 0.25).any(), trials.host_other_cores.tolist()
     # a trial measured again because the host was busy says so, and its arm keeps the discarded loads
     arms = batch_results.arms.set_index("arm")
     for arm in ("seqs1", "seqs16"):
