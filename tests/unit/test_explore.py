@@ -10,7 +10,7 @@ from labkit.errors import BadParameter  # noqa: E402
 from labkit.present import explore  # noqa: E402
 
 H200 = Path(__file__).resolve().parents[2] / "data" / "baselines" / "h200"
-ROOTS = {"h200": H200 / "results", "h200 engine context": H200 / "engine-context" / "results"}
+ROOTS = {"h200": H200 / "results", "h200 suite run": H200 / "20261129T225537Z-h200" / "results"}
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,12 @@ def test_moving_a_widget_changes_what_it_shows(explorer):
     assert list(explorer.table.arm) == ["default", "eager"] and explorer.table.change[0] == "reference"
 
 
-def test_another_hardware_run_can_be_set_beside(explorer):
-    explorer.arms.value = ("default", "eager")
-    explorer.beside.value = "h200 engine context"
-    assert set(explorer.table.results) == {"h200", "h200 engine context"} and len(explorer.table) == 4
+def test_another_run_can_be_set_beside():
+    runs = {"first": H200 / "20261129T201904Z-h200" / "results", "second": H200 / "20261129T225537Z-h200" / "results"}
+    explorer = explore.Explorer(runs, "profile-hotspots")
+    arms = set(explorer.arms.value)
+    explorer.beside.value = "second"
+    assert set(explorer.table.results) == {"first", "second"} and len(explorer.table) == 2 * len(arms)
 
 
 def test_a_batch_triangle_gets_an_slo_slider_that_recomputes_the_answer():
@@ -68,8 +70,8 @@ def test_a_chunked_prefill_timeline_window_can_be_moved():
 
 
 def test_a_named_experiment_opens_the_results_that_hold_it_or_is_a_clear_error():
-    # the engine-context stores are frozen history: the diagnosis was never measured there
-    engine_context_first = dict(reversed(ROOTS.items()))
-    assert explore.Explorer(engine_context_first, "diagnosis").root.value == "h200"
+    # the suite run holds no diagnosis: listed first, it is passed over for the results that hold one
+    suite_run_first = dict(reversed(ROOTS.items()))
+    assert explore.Explorer(suite_run_first, "diagnosis").root.value == "h200"
     with pytest.raises(BadParameter, match="no stored experiment 'nope'"):
         explore.Explorer(ROOTS, "nope")
