@@ -21,7 +21,7 @@ from labkit.errors import BadParameter
 from labkit.files import write_json_atomic
 from labkit.measure.environment import check_multicast_off, compile_cache
 from labkit.measure.platform import Platform, current_platform
-from labkit.measure.supervisor import ArmJob, run_arm
+from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
 from labkit.spec.knobs import ArmPlan, check_knobs, normalized_knobs, plan_arm
@@ -247,11 +247,36 @@ class Experiment:
                     self.store.record_skip(arm, {"arm": arm, "reason": plan.not_applicable,
                                                  "spec": {"knobs": plan.knobs}})
             bar = tqdm(todo, desc=f"{self.name}: arms", disable=not progress, unit="arm")
-            for arm, plan, spec in bar:
-                bar.set_postfix_str(arm)
-                self._run_one(arm, plan, spec, vocab, progress, bar)
+            upcoming: list[ArmWorker] = []  # the next arm's worker, importing while this arm's engine starts
+            try:
+                for index, (arm, _plan, spec) in enumerate(bar):
+                    bar.set_postfix_str(arm)
+                    current = upcoming.pop() if upcoming else self._worker(arm, spec, vocab)
+                    self._run_one(arm, spec, current, self._starter(todo[index + 1:], vocab, upcoming), progress, bar)
+            finally:
+                for worker in upcoming:  # interrupted or unwritable: the next arm's turn never comes
+                    worker.discard()
             bar.close()
         return load(self.name, self.store.path.parent)
+
+    def _starter(self, rest: list, vocab: int, upcoming: list):
+        """What starts the next arm's worker (kept in `upcoming`), or None after the last arm."""
+        if not rest:
+            return None
+        arm, _plan, spec = rest[0]
+
+        def start_next() -> ArmWorker:
+            upcoming.append(self._worker(arm, spec, vocab))
+            return upcoming[-1]
+        return start_next
+
+    def _worker(self, arm: str, spec: dict, vocab: int) -> ArmWorker:
+        """The arm's worker, started now: it imports, then waits for its turn."""
+        job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
+                     self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind, self.context,
+                     arm_variables=spec.get("variables", {}),
+                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)))
+        return ArmWorker(job, self.store.new_workdir(arm))
 
     def _reference(self, arm: str) -> dict | None:
         """The protocol's reference arm's per-trial values, for an adaptive arm's "decided" stop: None for the
@@ -264,14 +289,11 @@ class Experiment:
 
         return reference_values(load(self.name, self.store.path.parent), reference)
 
-    def _run_one(self, arm, plan, spec, vocab, progress, bar) -> None:
+    def _run_one(self, arm: str, spec: dict, worker: ArmWorker, start_next, progress, bar) -> None:
         from tqdm.auto import tqdm
 
-        job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
-                     self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind, self.context,
-                     arm_variables=spec.get("variables", {}),
-                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)),
-                     reference=self._reference(arm))
+        job, workdir = worker.job, worker.workdir
+        job.reference = self._reference(arm)  # the reference arm may have completed since this worker started
         # "auto" may stop before its maximum: the bar's total is the most it can run
         trials = tqdm(total=self.protocol.most_trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
                       disable=not progress)
@@ -281,9 +303,9 @@ class Experiment:
                 trials.update(1)
             else:
                 trials.set_postfix_str(event["stage"])
-        workdir = self.store.new_workdir(arm)
         try:
-            outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress)
+            outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress, worker=worker,
+                              start_next=start_next)
         except KeyboardInterrupt:  # the engine is down (run_arm's finally); what it logged is kept for the next run
             trials.close()
             self.store.keep_interrupted(arm, workdir)

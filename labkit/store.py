@@ -168,15 +168,16 @@ class ExperimentStore:
 
     def clean_work(self) -> list[Path]:
         """Clear the work folders of runs that died (they hold no complete result and are never resumed from);
-        a folder whose run is alive stays. One that holds an engine log becomes a failure record of its arm
-        (cause "interrupted"), so a run ended by a signal or a kill still shows what its engine said. Returns
+        a folder whose run is alive stays. One whose engine had started becomes a failure record of its arm
+        (cause "interrupted"), so a run ended by a signal or a kill still shows what its engine said; a worker
+        started ahead of its turn that never came measured nothing and leaves no record. Returns
         the folders cleared."""
         cleared = []
         for work in sorted((self.path / ".work").glob("*")):
             match = re.search(r"^(.+)-(\d+)-[0-9a-f]{8}$", work.name)
             if match and _alive(int(match.group(2))) and int(match.group(2)) != os.getpid():
                 continue
-            if match and (work / "engine.log").is_file():
+            if match and (work / "engine.log").is_file() and _engine_started(work):
                 self.keep_interrupted(match.group(1), work)
             else:
                 shutil.rmtree(work, ignore_errors=True)
@@ -204,6 +205,13 @@ def _writing(what: str, workdir: Path):
     except OSError as exc:
         raise StoreUnwritable(f"could not store {what} ({exc.strerror or exc}); nothing was half-written, and its "
                               f"files stay in {workdir} until the next run: free space or fix the folder, then rerun") from None
+
+
+def _engine_started(work: Path) -> bool:
+    try:
+        return '"starting engine"' in (work / "progress.jsonl").read_text()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -12,13 +12,15 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labkit.files import write_json_atomic
 from labkit.measure.gpu import gpu_memory_in_use
-from labkit.measure.worker import ArmJob, worker_main
+from labkit.measure.worker import HOLD, HOLD_LIMIT_S, IMPORTED, RELEASED, ArmJob, worker_main
 from labkit.spec.knobs import gpus_needed
 
 LOG_TAIL_LINES = 40
@@ -100,24 +102,70 @@ def failure_summary(log_text: str, lines: int = LOG_TAIL_LINES) -> str:
     return (f"root cause: {root.strip()}\n...\n" if root else "") + tail
 
 
-def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> ArmOutcome:
-    """Run one arm in a fresh spawned process and wait for it; never raises for an engine failure."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    ctx = multiprocessing.get_context("spawn")
-    proc = ctx.Process(target=worker_main, args=(job.__dict__, str(workdir), os.getpid()),
-                       name=f"labkit-arm-{job.arm}")
+class ArmWorker:
+    """An arm's worker process, started ahead of its turn: it imports vLLM (seconds of a core), says so and waits
+    for `release`, touching no GPU memory until then. Started while the previous arm's engine starts, it takes
+    the imports out of the wait between arms; the previous arm holds its measurement until they are done."""
+
+    def __init__(self, job: ArmJob, workdir: Path):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.job, self.workdir = job, workdir
+        self.proc = multiprocessing.get_context("spawn").Process(
+            target=worker_main, args=(job.__dict__, str(workdir), os.getpid()), name=f"labkit-arm-{job.arm}")
+        self.proc.start()
+
+    def events(self) -> list[dict]:
+        path = self.workdir / "progress.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def ready(self) -> bool:
+        """Imported (or gone): nothing of it competes for a core any longer."""
+        return not self.proc.is_alive() or any(e.get("stage") == IMPORTED for e in self.events())
+
+    def release(self, **handed_over) -> None:
+        write_json_atomic(self.workdir / RELEASED, handed_over)
+
+    def discard(self) -> None:
+        """End a worker whose turn never came, and its folder: it measured nothing."""
+        if self.proc.is_alive():
+            _kill_group(self.proc.pid)
+            self.proc.kill()  # one just spawned may not lead its own group yet
+            self.proc.join(10)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None, worker: ArmWorker | None = None,
+            start_next=None) -> ArmOutcome:
+    """Run one arm in its spawned process (`worker`, started earlier, or a new one) and wait for it; never
+    raises for an engine failure. `start_next()` starts the next arm's worker: called once this one has
+    imported (two importing at once would slow this arm's start), and this arm measures only once the next
+    has imported too."""
     in_use = gpu_memory_in_use() if job.platform_kind == "cuda" else {}
     occupied = occupied_for_multi_gpu(job.engine_args, in_use)
     if occupied:  # refused before vLLM starts: a multi-GPU start beside another process's memory fails obscurely
+        if worker:
+            worker.discard()
+        workdir.mkdir(parents=True, exist_ok=True)
         return ArmOutcome("failed", workdir, cause="gpu_occupied", log_tail=occupied_note(occupied))
+    worker = worker or ArmWorker(job, workdir)
+    proc = worker.proc
     shared_before = _shared_segments()
+    next_worker, holding = None, start_next is not None
+    if holding:
+        (workdir / HOLD).touch()
     start = time.monotonic()
-    proc.start()
+    worker.release(reference=job.reference)
     progress_file, seen, timed_out = workdir / "progress.jsonl", 0, False
-    engine_starting = stored = None  # when the worker had imported what it needs; when its results were safe
+    engine_starting = stored = None  # when the worker began its engine; when its results were safe
     try:
         while proc.is_alive():
             proc.join(0.5)
+            if holding and next_worker is None and worker.ready():
+                next_worker = start_next()
+            if holding and next_worker is not None and next_worker.ready() \
+                    or holding and time.monotonic() - start > HOLD_LIMIT_S:
+                (workdir / HOLD).unlink(missing_ok=True)
+                holding = False
             if progress_file.exists():
                 events = progress_file.read_text().splitlines()
                 for line in events[seen:]:
@@ -156,7 +204,9 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
         result = json.loads(result_file.read_text())
         if result["status"] == "complete":
             facts = result["facts"]
-            facts["lifecycle_s"] = lifecycle(start, engine_starting, stored, time.monotonic(), facts.get("init_s"))
+            imports = next((e.get("seconds") for e in worker.events() if e.get("stage") == IMPORTED), None)
+            facts["lifecycle_s"] = lifecycle(start, engine_starting, stored, time.monotonic(), facts.get("init_s"),
+                                             imports)
             if in_use:
                 facts.update(gpu_gib_in_use_at_start=max(in_use.values()), gpu_memory_freed_s=round(freed_s, 1))
             return ArmOutcome("complete", workdir, seconds=seconds, facts=facts)
@@ -166,11 +216,13 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None) -> A
 
 
 def lifecycle(start: float, engine_starting: float | None, stored: float | None, ended: float,
-              init_s: float | None) -> dict:
-    """Where an arm's wall time went, in seconds (to 0.5 s, the supervisor's polling step): the worker's
-    imports, the engine's start, warm-up and trials (measuring), and ending the processes once the results
-    were stored. The lab's estimate of the time left reads these from earlier arms."""
-    phases = {"worker_imports": engine_starting and engine_starting - start, "engine_start": init_s,
+              init_s: float | None, imports_s: float | None = None) -> dict:
+    """Where an arm's wall time went, in seconds (to 0.5 s, the supervisor's polling step), counted from its
+    release: waiting for its worker's imports (none when they were done while the previous arm ran; the
+    imports themselves are `worker_imports`), the engine's start, warm-up and trials (measuring), and ending
+    the processes once the results were stored. The lab's estimate of the time left reads these."""
+    phases = {"worker_imports": imports_s, "waiting_for_imports": engine_starting and engine_starting - start,
+              "engine_start": init_s,
               "measuring": stored and engine_starting and init_s is not None and stored - engine_starting - init_s,
               "ending": stored and ended - stored}
     return {k: round(v, 1) for k, v in phases.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}

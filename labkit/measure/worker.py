@@ -60,6 +60,10 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = os.fdopen(2, "w", buffering=1)
     try:
+        began = time.perf_counter()
+        _import_engine()
+        _progress(out, stage=IMPORTED, seconds=round(time.perf_counter() - began, 2))
+        job.update(_wait_for_release(out))  # what the parent learnt meanwhile (the reference arm's values)
         asyncio.run(_measure(ArmJob(**job), out))
     except BaseException as exc:  # recorded, never raised: the parent classifies it from the log
         traceback.print_exc()
@@ -68,6 +72,41 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
         os._exit(1)
     sys.stdout.flush()
     os._exit(0)  # engine teardown threads must not hold the process open after results are safe
+
+
+# The worker's side of an early start (labkit.measure.supervisor.ArmWorker): it imports, says so, and waits for
+# the parent's release; an arm whose successor is importing holds its measurement until that is done.
+IMPORTED = "imported"
+RELEASED = "released.json"
+HOLD = "hold"
+HOLD_LIMIT_S = 120.0  # a successor that cannot import in this time is not waited for any longer
+
+
+def _import_engine() -> None:
+    """What an arm's measurement needs imported (vLLM's engine above all: seconds of a core), done before the
+    arm's turn. Importing touches no GPU memory."""
+    import pandas  # noqa: F401
+    from vllm.v1.engine.async_llm import AsyncLLM  # noqa: F401
+
+    import labkit.measure.driver  # noqa: F401
+    import labkit.measure.resolved  # noqa: F401
+
+
+def _wait_for_release(out: Path, poll_s: float = 0.05) -> dict:
+    """Wait for the parent's go (it may come at once); returns what it handed over with it."""
+    released = out / RELEASED
+    while not released.exists():
+        time.sleep(poll_s)
+    return json.loads(released.read_text())
+
+
+def _wait_while_held(out: Path, limit_s: float = HOLD_LIMIT_S, poll_s: float = 0.1) -> float:
+    """Seconds waited before measuring while the next arm's worker imports: its imports would take a core that
+    a CPU engine's trials (and a GPU engine's host-side scheduling) count on."""
+    began = time.perf_counter()
+    while (out / HOLD).exists() and time.perf_counter() - began < limit_s:
+        time.sleep(poll_s)
+    return time.perf_counter() - began
 
 
 def _end_with_parent(parent_pid: int) -> None:
@@ -165,6 +204,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
         gpu_state = GpuStateSampler()
         if job.platform_kind == "cuda":  # a GPU whose clocks were not watched says so; a CPU has none to watch
             facts["gpu_state"] = "sampled through NVML" if gpu_state.available else f"not sampled: {gpu_state.why_not}"
+        facts["waited_for_next_worker_s"] = round(_wait_while_held(out), 1)
         rows, trials, stopped, ran, remeasured = [], [], {}, {}, []
         for index, (load, spec) in enumerate(job.workloads.items()):
             workload = Workload.from_dict(spec)  # a Workload or a Mix

@@ -137,8 +137,11 @@ def test_an_unknown_failure_quotes_the_exception_its_traceback_ended_with():
 def test_lifecycle_splits_an_arms_wall_time_into_its_phases():
     from labkit.measure.supervisor import lifecycle
 
-    assert lifecycle(0.0, 14.0, 50.0, 51.5, 30.0) == {"worker_imports": 14.0, "engine_start": 30.0, "measuring": 6.0,
-                                                     "ending": 1.5}
+    # a worker started when this arm was released: its imports are waited for
+    assert lifecycle(0.0, 14.0, 50.0, 51.5, 30.0, 13.6) == {
+        "worker_imports": 13.6, "waiting_for_imports": 14.0, "engine_start": 30.0, "measuring": 6.0, "ending": 1.5}
+    # one started ahead of its turn had imported while the previous arm ran: its engine started at once
+    assert lifecycle(0.0, 0.5, 36.5, 38.0, 30.0, 14.2)["waiting_for_imports"] == 0.5
     # a worker that never reached its engine: only what is known
     assert lifecycle(0.0, None, None, 9.0, None) == {}
 

@@ -73,9 +73,15 @@ def test_an_interrupted_arms_engine_log_survives_the_next_clean_up(tmp_path):
     interrupted = tmp_path / "exp" / ".work" / f"a-{_dead_pid()}-0123abcd"
     interrupted.mkdir(parents=True)
     (interrupted / "engine.log").write_text("INFO loading\nRuntimeError: engine core died mid-trial\nINFO end\n")
+    (interrupted / "progress.jsonl").write_text('{"stage": "imported"}\n{"stage": "starting engine"}\n')
     empty = tmp_path / "exp" / ".work" / f"b-{_dead_pid()}-4567abcd"
     empty.mkdir()
-    assert sorted(store.clean_work()) == sorted([interrupted, empty])
+    # the next arm's worker, started ahead of its turn, had imported and was waiting: it measured nothing
+    early = tmp_path / "exp" / ".work" / f"b-{_dead_pid()}-89abcdef"
+    early.mkdir()
+    (early / "engine.log").write_text("INFO importing\n")
+    (early / "progress.jsonl").write_text('{"stage": "imported"}\n')
+    assert sorted(store.clean_work()) == sorted([interrupted, empty, early])
     assert not (tmp_path / "exp" / ".work").exists() or not any((tmp_path / "exp" / ".work").iterdir())
     arms = load("exp", tmp_path).arms.set_index("arm")
     assert arms.loc["a", "status"] == "failed" and arms.loc["a", "cause"] == INTERRUPTED
