@@ -1,4 +1,4 @@
-"""Failures survived and interrupted experiments resumed, on the real CPU engine."""
+"""Failures survived, interrupted experiments resumed and adaptive trials stopped, on the real CPU engine."""
 import json
 import os
 import signal
@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 import labkit as lk
+from labkit.analyze.stopping import REASONS, reference_values, stop_reason
 from labkit.store import INTERRUPTED, ExperimentStore
 
 pytestmark = pytest.mark.engine
@@ -19,24 +20,51 @@ PROTOCOL = lk.Protocol(trials=1, warmup_requests=2)
 EAGER = {"enforce_eager": True}  # the same real engine, without the compile wait
 
 
-def test_failing_arm_is_recorded_and_the_rest_runs(tmp_path):
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory):
+    """An arm vLLM refuses to start beside one that runs, under the adaptive protocol (no time budget, so its
+    stopping reason is reproducible): the experiment and its first run's results."""
     exp = lk.Experiment(
         "failures",
         # 1 MiB of KV cache cannot hold one 4096-token request: vLLM refuses to start this engine
         {"kv_too_small": {"kv_cache_memory_bytes": 1 << 20, "max_model_len": 4096}, "ok": {}},
-        WORKLOAD, model="tiny-llama", base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
-    results = exp.run(progress=False)
+        WORKLOAD, model="tiny-llama", base=EAGER, protocol=lk.Protocol(trials="auto", warmup_requests=2, budget_s=None),
+        results_dir=tmp_path_factory.mktemp("results"))
+    return exp, exp.run(progress=False)
+
+
+def test_failing_arm_is_recorded_and_the_rest_runs(failures):
+    exp, results = failures
     arms = results.arms.set_index("arm")
     assert arms.loc["ok", "status"] == "complete"
     assert arms.loc["kv_too_small", "status"] == "failed"
     assert arms.loc["kv_too_small", "cause"] == "kv_cache_too_small", arms.loc["kv_too_small", "log_tail"]
     assert "KV cache" in arms.loc["kv_too_small", "log_tail"]
-    assert len(results.requests) == 8 and set(results.requests.arm) == {"ok"}
+    assert len(results.requests) == 8 * arms.loc["ok", "trials_run"] and set(results.requests.arm) == {"ok"}
 
-    first = (tmp_path / "failures" / "arms" / "ok" / "arm.json").read_text()
-    results = exp.run(progress=False)  # resume: the complete arm is kept as it was, the failed one retried
-    assert (tmp_path / "failures" / "arms" / "ok" / "arm.json").read_text() == first
-    assert len(list((tmp_path / "failures" / "failures").glob("kv_too_small-*"))) == 2
+    first = (results.path / "arms" / "ok" / "arm.json").read_text()
+    exp.run(progress=False)  # resume: the complete arm is kept as it was, the failed one retried
+    assert (results.path / "arms" / "ok" / "arm.json").read_text() == first
+    assert len(list((results.path / "failures").glob("kv_too_small-*"))) == 2
+
+
+def test_an_adaptive_arm_stops_for_a_reason_its_stored_trials_bear_out(failures):
+    """Protocol(trials="auto") on the real engine: the arm runs as many trials as the stopping rule asks,
+    records why it stopped, and the rule asked again on the stored trials stops at the same trial."""
+    exp, results = failures
+    protocol = exp.protocol
+    facts = results.facts("stopped", "trials_run", "cause").set_index("arm").loc["ok"]
+    assert facts.status == "complete", facts.cause
+    assert facts.stopped in REASONS
+    ran = int(facts.trials_run)  # a column beside a failed arm's missing value: read as a float
+    assert protocol.min_trials <= ran <= protocol.max_trials
+    ok = results.trials[results.trials.arm == "ok"]
+    assert ok.trial.tolist() == list(range(ran))  # the facts count what was stored
+    values = reference_values(results, "ok")["default"]
+    asked = [stop_reason({m: v[:n] for m, v in values.items()}, protocol) for n in range(1, ran + 1)]
+    assert asked == [None] * (ran - 1) + [facts.stopped]
+    print(f"adaptive arm: {ran} trials (fixed protocol default was 3), stopped {facts.stopped}; "
+          f"per-trial output tok/s {[round(v) for v in values['output_tok_s']]}")
 
 
 SCRIPT = textwrap.dedent("""
@@ -51,7 +79,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_killed_experiment_keeps_completed_arms_and_runs_only_the_rest(tmp_path):
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """An experiment killed (its whole process group) once its first arm is stored: the folder, the first
+    arm's record as the kill left it, and the results of running it again."""
+    tmp_path = tmp_path_factory.mktemp("killed")
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
@@ -64,24 +96,27 @@ def test_killed_experiment_keeps_completed_arms_and_runs_only_the_rest(tmp_path)
     proc.wait()
     assert not (tmp_path / "killed" / "arms" / "second").exists()
     kept = first_done.read_text()
-
     exp = lk.Experiment("killed", {"first": {"max_num_seqs": 2}, "second": {"max_num_seqs": 4}}, WORKLOAD,
                         model="tiny-llama", base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
-    results = exp.run(progress=False)
+    return tmp_path, kept, exp.run(progress=False)
+
+
+def test_killed_experiment_keeps_completed_arms_and_runs_only_the_rest(killed):
+    tmp_path, kept, results = killed
+    first_done = tmp_path / "killed" / "arms" / "first" / "arm.json"
     assert first_done.read_text() == kept  # untouched, not remeasured
     assert results.complete_arms == ["first", "second"]
     assert json.loads(first_done.read_text())["recorded_utc"] <= json.loads(
         (tmp_path / "killed" / "arms" / "second" / "arm.json").read_text())["recorded_utc"]
 
 
-def test_changed_spec_is_refused_before_any_engine_starts(tmp_path):
-    lk.Experiment("spec", {"a": {}}, WORKLOAD, model="tiny-llama", base=EAGER, protocol=PROTOCOL,
-                  results_dir=tmp_path).run(progress=False)
-    changed = lk.Experiment("spec", {"b": {}, "a": {"max_num_seqs": 3}}, WORKLOAD, model="tiny-llama",
+def test_changed_spec_is_refused_before_any_engine_starts(killed):
+    tmp_path, _, _ = killed
+    changed = lk.Experiment("killed", {"third": {}, "first": {"max_num_seqs": 3}}, WORKLOAD, model="tiny-llama",
                             base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
     with pytest.raises(lk.StoreConflict, match="different"):
         changed.run(progress=False)
-    assert not (tmp_path / "spec" / "arms" / "b").exists()  # arm b was not run either
+    assert not (tmp_path / "killed" / "arms" / "third").exists()  # arm third was not run either
 
 
 def test_a_worker_killed_from_outside_leaves_no_engine_process(tmp_path):
@@ -134,7 +169,10 @@ def test_ending_the_parent_leaves_no_engine_process(tmp_path, how):
 
     script = tmp_path / "run.py"
     script.write_text(LONG_RUN)
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
+    # a test run started in the background inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: the experiment gets the handling of a terminal or a notebook kernel instead
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline, tree = time.time() + 600, []
         while time.time() < deadline and proc.poll() is None and not tree:

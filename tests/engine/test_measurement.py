@@ -1,6 +1,7 @@
 """The real vLLM CPU engine on the tiny model: what the runner records, and that it measures real effects."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -8,19 +9,31 @@ import pytest
 import labkit as lk
 from labkit.analyze import stats
 from labkit.measure.worker import REMEASURE_SHARE
+from labkit.redact import REDACTED
 
 pytestmark = pytest.mark.engine
 
 OUTPUT_LEN, PROMPT_LEN = 16, 32
 
 
+# secrets planted in the shell and in seqs16's `environment` knob: its engine gets the real values, and nothing
+# stored in the experiment's folder holds one
+SHELL_KEY, SHELL_HF = "sk-ShellApiKey123456", "hf_ShellHubToken98765"
+KNOB_KEY = "knobApiKeyValue4242"  # no token shape: found by its name alone
+# vLLM starts every log line with VLLM_LOGGING_PREFIX: a secret the engine echoes, so the log shows whether the
+# worker's engine got the real value (a redacted one would start the lines with "<redacted>" itself, and no
+# value at all would start none)
+ECHO = "hf_EchoedPrefix55555"
+SEQS16_VARIABLES = {"VLLM_LOGGING_LEVEL": "INFO", "VLLM_API_KEY": KNOB_KEY, "VLLM_LOGGING_PREFIX": ECHO + " "}
+
+
 @pytest.fixture(scope="module")
 def batch_experiment(tmp_path_factory):
     """max_num_seqs 1 vs 16 on an offline burst, as the offline LLM class runs it: one knob changed. seqs16
-    also sets a variable in its own worker (vLLM's default logging level: nothing measured changes)."""
+    also sets variables in its own worker (vLLM's default logging level, an API key and a log prefix that the
+    API server and the log use: nothing measured changes)."""
     return lk.Experiment(
-        "batch", {"seqs1": {"max_num_seqs": 1},
-                  "seqs16": {"max_num_seqs": 16, "environment": {"VLLM_LOGGING_LEVEL": "INFO"}}},
+        "batch", {"seqs1": {"max_num_seqs": 1}, "seqs16": {"max_num_seqs": 16, "environment": SEQS16_VARIABLES}},
         lk.Workload(24, lk.Fixed(PROMPT_LEN), lk.Fixed(OUTPUT_LEN), lk.Burst()),
         model="tiny-llama", context="offline", protocol=lk.Protocol(trials=2, warmup_requests=4),
         results_dir=tmp_path_factory.mktemp("results"))
@@ -28,7 +41,17 @@ def batch_experiment(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch_results(batch_experiment):
-    return batch_experiment.run(progress=False)
+    shell = {"VLLM_API_KEY": SHELL_KEY, "HF_TOKEN": SHELL_HF}
+    saved = {name: os.environ.get(name) for name in shell}
+    os.environ.update(shell)
+    try:
+        return batch_experiment.run(progress=False)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def test_the_engine_runs_the_deployment_context_the_plan_shows(batch_experiment, batch_results):
@@ -39,10 +62,7 @@ def test_the_engine_runs_the_deployment_context_the_plan_shows(batch_experiment,
     for arm in ("seqs1", "seqs16"):
         assert arms.loc[arm, "context"] == "offline" and arms.loc[arm, "usage_context"] == "LLM_CLASS"
         assert arms.loc[arm, "max_num_batched_tokens"] == plan.loc[arm, "max_num_batched_tokens"]
-    assert arms.loc["seqs16", "max_num_batched_tokens"] == 4096
-    served = lk.Experiment("batch", batch_experiment.arms, batch_experiment.workload, model="tiny-llama",
-                           context="serve", results_dir=batch_experiment.results_dir).plan_table().set_index("arm")
-    assert served.loc["seqs16", "max_num_batched_tokens"] == 2048
+    assert arms.loc["seqs16", "max_num_batched_tokens"] == 4096  # vllm serve's 2048: test_serve_fidelity
     sampling = json.loads(arms.loc["seqs1", "sampling"])
     assert sampling["temperature"] == 1.0  # the synthetic model's generation config names none: vLLM's default
     assert json.loads((batch_results.path / "experiment.json").read_text())["context"] == "offline"
@@ -141,11 +161,37 @@ def test_an_arm_variable_is_set_in_its_own_worker_only_and_recorded(batch_experi
     from labkit.analyze import audit
     assert "VLLM_LOGGING_LEVEL" not in os.environ  # the experiment's process never had it
     own, other = batch_results.environment["seqs16"], batch_results.environment["seqs1"]
-    assert own["tuning_variables"]["VLLM_LOGGING_LEVEL"] == "INFO" and own["arm_variables"] == ["VLLM_LOGGING_LEVEL"]
+    assert own["tuning_variables"]["VLLM_LOGGING_LEVEL"] == "INFO" and own["arm_variables"] == sorted(SEQS16_VARIABLES)
     assert "VLLM_LOGGING_LEVEL" not in other["tuning_variables"] and other["arm_variables"] == []
     assert any("VLLM_LOGGING_LEVEL=INFO is set by this arm's environment knob" in f
                for f in audit.flags(batch_results, "seqs16"))
     config = audit.effective_config(batch_results, "seqs16").set_index("setting")
     assert config.loc["VLLM_LOGGING_LEVEL", "source"] == "this arm's environment knob"
     launch = batch_experiment.plan_table(defaults=False).set_index("arm").launch
-    assert launch["seqs16"].endswith("# with VLLM_LOGGING_LEVEL=INFO") and "VLLM_LOGGING" not in launch["seqs1"]
+    assert "VLLM_LOGGING_LEVEL=INFO" in launch["seqs16"].partition("# with ")[2] and "VLLM_LOGGING" not in launch["seqs1"]
+
+
+def test_an_arm_gets_its_secrets_and_its_store_holds_none(batch_experiment, batch_results):
+    stored = sorted(p for p in batch_results.path.rglob("*") if p.is_file())
+    assert {"arm.json", "engine.log", "experiment.json", "requests.parquet"} <= {p.name for p in stored}
+    for path in stored:
+        text = path.read_bytes().decode(errors="replace")
+        for secret in (SHELL_KEY, SHELL_HF, KNOB_KEY, ECHO):
+            assert secret not in text, f"{secret} in {path.relative_to(batch_results.path)}"
+
+    log = (batch_results.path / "arms" / "seqs16" / "engine.log").read_text()
+    echoed = re.findall(rf"^{re.escape(REDACTED)} .*INFO", log, re.MULTILINE)
+    assert len(echoed) >= 3, "vLLM in the worker did not prefix its log lines with the knob's value"
+    # the worker read VLLM_API_KEY from its own environment (the knob's, over the shell's), and recorded only that
+    assert batch_results.environment["seqs16"]["tuning_variables"]["VLLM_API_KEY"] == REDACTED
+    knobs = batch_results.arm_spec("seqs16")["knobs"]
+    assert knobs["environment"] == {"VLLM_API_KEY": REDACTED, "VLLM_LOGGING_LEVEL": "INFO",
+                                    "VLLM_LOGGING_PREFIX": f"{REDACTED} "}
+    recorded = json.loads((batch_results.path / "arms" / "seqs16" / "arm.json").read_text())["recorded_utc"]
+
+    # the same secrets again: the stored (redacted) spec matches, so the arm resumes without an engine start
+    again = lk.Experiment("batch", batch_experiment.arms, batch_experiment.workload, model="tiny-llama",
+                          context="offline", protocol=batch_experiment.protocol,
+                          results_dir=batch_experiment.results_dir).run(progress=False, only=["seqs16"])
+    assert again.complete_arms == ["seqs1", "seqs16"]
+    assert json.loads((again.path / "arms" / "seqs16" / "arm.json").read_text())["recorded_utc"] == recorded
