@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import pandas as pd
 from labkit import settings
 from labkit.errors import BadParameter
 from labkit.files import write_json_atomic
-from labkit.measure.environment import check_multicast_off, compile_cache
+from labkit.analyze import eta
+from labkit.measure.environment import check_multicast_off, compile_cache, hardware_key
 from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
@@ -204,7 +206,13 @@ class Experiment:
                 return json.loads(cached.read_text())
             except (OSError, json.JSONDecodeError):
                 pass  # a damaged cache entry is computed again
+        # a busy machine took minutes to import vLLM here: the wait is said, not silent
+        print(f"resolving vLLM's defaults for {len(engine_args_by_arm)} arm(s) in a separate process (it imports "
+              "vLLM: seconds on an idle machine; remembered for the next plan; plan_table(defaults=False) skips it)",
+              flush=True)
+        began = time.monotonic()
         resolved = implied_defaults(self.context, engine_args_by_arm)
+        print(f"resolved in {eta.duration_text(time.monotonic() - began)}", flush=True)
         if not any("error" in found for found in resolved.values()):
             try:
                 cached.parent.mkdir(parents=True, exist_ok=True)
@@ -247,17 +255,30 @@ class Experiment:
                     self.store.record_skip(arm, {"arm": arm, "reason": plan.not_applicable,
                                                  "spec": {"knobs": plan.knobs}})
             bar = tqdm(todo, desc=f"{self.name}: arms", disable=not progress, unit="arm")
+            estimates = self._estimates(todo)
+            if todo:
+                bar.write(eta.expected_total(list(estimates.values()), self.protocol.fewest_trials,
+                                             self.protocol.most_trials))
             upcoming: list[ArmWorker] = []  # the next arm's worker, importing while this arm's engine starts
             try:
                 for index, (arm, _plan, spec) in enumerate(bar):
                     bar.set_postfix_str(arm)
                     current = upcoming.pop() if upcoming else self._worker(arm, spec, vocab)
-                    self._run_one(arm, spec, current, self._starter(todo[index + 1:], vocab, upcoming), progress, bar)
+                    self._run_one(arm, spec, current, self._starter(todo[index + 1:], vocab, upcoming), progress, bar,
+                                  self._estimates([todo[index]])[arm] if index else estimates[arm])
             finally:
                 for worker in upcoming:  # interrupted or unwritable: the next arm's turn never comes
                     worker.discard()
             bar.close()
         return load(self.name, self.store.path.parent)
+
+    def _estimates(self, todo: list) -> dict[str, eta.Estimate]:
+        """How long each arm to run will take here, from the records of earlier arms on this machine (this
+        experiment's own among them, read again after each arm)."""
+        records = eta.read_records([self.store.path.parent, settings.current().results_dir])
+        hardware = hardware_key()
+        return {arm: eta.estimate(records, hardware, bool(spec["engine_args"].get("enforce_eager")), spec["workloads"])
+                for arm, _plan, spec in todo}
 
     def _starter(self, rest: list, vocab: int, upcoming: list):
         """What starts the next arm's worker (kept in `upcoming`), or None after the last arm."""
@@ -289,7 +310,8 @@ class Experiment:
 
         return reference_values(load(self.name, self.store.path.parent), reference)
 
-    def _run_one(self, arm: str, spec: dict, worker: ArmWorker, start_next, progress, bar) -> None:
+    def _run_one(self, arm: str, spec: dict, worker: ArmWorker, start_next, progress, bar,
+                 estimate: eta.Estimate) -> None:
         from tqdm.auto import tqdm
 
         job, workdir = worker.job, worker.workdir
@@ -298,11 +320,14 @@ class Experiment:
         trials = tqdm(total=self.protocol.most_trials * len(self.loads), desc=f"  {arm}: trials", leave=False,
                       disable=not progress)
 
+        done = {name: 0 for name in self.loads}
+
         def on_progress(event):
             if event["stage"] == "trial":
                 trials.update(1)
-            else:
-                trials.set_postfix_str(event["stage"])
+                done[event["load"]] += 1
+            left = _time_left(estimate, self.protocol, done, started=event["stage"] != "starting engine")
+            trials.set_postfix_str(event["stage"] + (f", {left}" if left else ""))
         try:
             outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress, worker=worker,
                               start_next=start_next)
@@ -328,6 +353,17 @@ class Experiment:
                                                              "log_tail": outcome.log_tail,
                                                              "seconds": outcome.seconds, "recorded_utc": now})
             bar.write(f"arm {arm!r} failed: {outcome.cause} (log: {where / 'engine.log'})")
+
+
+def _time_left(estimate: eta.Estimate, protocol: Protocol, done: dict[str, int], started: bool) -> str:
+    """The arm's time left, from this machine's records: the engine's start (until it has started), then the
+    trials each load has left (for "auto", up to its maximum: it may stop sooner)."""
+    per_trial = estimate.trial_s
+    if any(per_trial.get(load) is None for load in done) or (not started and estimate.start_s is None):
+        return ""
+    seconds = sum(max(protocol.most_trials - n, 0) * per_trial[load] for load, n in done.items())
+    seconds += 0 if started else estimate.start_s
+    return ("at most " if protocol.adaptive else "") + f"~{eta.duration_text(seconds)} left"
 
 
 def _trials_text(facts: dict, protocol: Protocol, loads: int) -> str:

@@ -78,6 +78,11 @@ class Protocol:
         return self.trials == "auto"
 
     @property
+    def fewest_trials(self) -> int:
+        """The fewest trials a load can get: min_trials when adaptive, else the fixed number."""
+        return self.min_trials if self.adaptive else self.trials
+
+    @property
     def most_trials(self) -> int:
         """The most trials a load can get: max_trials when adaptive, else the fixed number."""
         return self.max_trials if self.adaptive else self.trials
