@@ -109,7 +109,10 @@ def declared(notebook: str | Path) -> dict[str, dict]:
     return _declared(str(path), path.stat().st_mtime)
 
 
-def _coerce(value, kind: str):
+NUMBER_OR_AUTO = {"trials"}  # declared as text ("auto"), and a whole number works too: trials="auto" or trials=3
+
+
+def _coerce(value, kind: str, name: str = ""):
     """The value as the parameter's type, or raise ValueError. Booleans take true/false only (True, "true",
     "false"; not "no" or 1, which papermill would pass on as truthy text or numbers)."""
     if kind == "bool":
@@ -125,6 +128,11 @@ def _coerce(value, kind: str):
         if number_problem(value, **rules):
             raise ValueError(wanted(**rules))
         return float(value) if kind == "float" else value
+    if name in NUMBER_OR_AUTO and value != "auto":
+        number = int(value) if isinstance(value, str) and value.isdigit() else value
+        if number_problem(number, integer=True, minimum=1):
+            raise ValueError('"auto" or ' + wanted(integer=True, minimum=1))
+        return number
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError("text")
@@ -143,7 +151,7 @@ def check_parameters(notebook: str | Path, given: dict) -> dict:
             continue
         kind = params[name]["inferred_type_name"]
         try:
-            checked[name] = _coerce(value, kind)
+            checked[name] = _coerce(value, kind, name)
         except ValueError as exc:
             problems.append(f"{name} must be {exc}, got {value!r}")
     if problems:

@@ -52,8 +52,8 @@ def test_booleans_take_true_and_false(value, expected):
 
 @pytest.mark.parametrize("name, value, words", [("smoke", "no", "smoke must be true or false"),
                                                 ("smoke", 1, "smoke must be true or false"),
-                                                ("trials", "three", "trials must be a whole number >= 0"),
-                                                ("trials", 2.5, "trials must be a whole number >= 0"),
+                                                ("num_requests", "three", "num_requests must be a whole number >= 0"),
+                                                ("num_requests", 2.5, "num_requests must be a whole number >= 0"),
                                                 ("model", 3, "model must be text")])
 def test_wrong_types_are_refused(name, value, words):
     with pytest.raises(BadParameter, match=words):
@@ -78,3 +78,14 @@ def test_labkit_run_refuses_a_mistyped_parameter_before_a_kernel_starts(tmp_path
     code = cli.main(["run", str(QUICKSTART), "-p", "smoke", "no", "-o", str(tmp_path)])
     assert code == 2 and "smoke must be true or false" in capsys.readouterr().err
     assert list(Path(tmp_path).iterdir()) == []
+
+
+@pytest.mark.parametrize("value, expected", [("auto", "auto"), (3, 3), ("4", 4)])
+def test_trials_take_auto_or_a_whole_number(value, expected):
+    assert parameters.check_parameters(QUICKSTART, {"trials": value}) == {"trials": expected}
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "many", True, float("nan")])
+def test_trials_refuse_anything_else_naming_both_forms(value):
+    with pytest.raises(BadParameter, match='trials must be "auto" or a whole number >= 1'):
+        parameters.check_parameters(QUICKSTART, {"trials": value})
