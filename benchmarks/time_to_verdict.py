@@ -64,8 +64,25 @@ def notebook(args) -> dict:
                            "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.monotonic() - started
     return {"what": "notebook", "notebook": args.notebook, "profile": args.profile, "exit": done.returncode,
-            "wall_s": round(wall, 1), "load_1min_before": load_before, "load_1min_after": host_load(),
-            "cpu_count": os.cpu_count(), "tail": done.stdout[-600:] + done.stderr[-600:]}
+            "wall_s": round(wall, 1), "per_arm": stored_arms(out / "results"), "load_1min_before": load_before,
+            "load_1min_after": host_load(), "cpu_count": os.cpu_count(), "output": str(out),
+            "tail": done.stdout[-600:] + done.stderr[-600:]}
+
+
+def stored_arms(results: Path) -> list[dict]:
+    """Each stored arm's seconds, lifecycle, trials and why it stopped (read from its record, no pandas)."""
+    arms = []
+    for record in sorted(results.glob("*/arms/*/arm.json")):
+        meta = json.loads(record.read_text())
+        facts = meta.get("facts", {})
+        arms.append({"experiment": record.parents[2].name, "arm": record.parent.name,
+                     "seconds": round(meta.get("seconds", 0.0), 1), "lifecycle_s": facts.get("lifecycle_s"),
+                     "trials_run": facts.get("trials_run"), "stopped": facts.get("stopped_by_load") or facts.get("stopped")})
+    for record in sorted(results.glob("*/failures/*/failure.json")):
+        meta = json.loads(record.read_text())
+        arms.append({"experiment": record.parents[2].name, "arm": meta.get("arm"), "failed": meta.get("cause"),
+                     "seconds": round(meta.get("seconds") or 0.0, 1)})
+    return arms
 
 
 def main() -> None:

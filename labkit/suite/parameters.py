@@ -37,7 +37,7 @@ SMOKE: dict[str, dict] = {
                                            experiment="batch-triangle-smoke"),
     "L2_engine/chunked_prefill.ipynb": dict(model="tiny-llama", stream_clients=4, stream_prompt_len=32,
                                             stream_output_len=160, long_prompt_len=2048, long_count=2,
-                                            first_injection_s=0.1, injection_interval_s=0.15, budgets="256,2048",
+                                            first_injection_s=0.1, injection_interval_s=0.15, budgets="256",
                                             trials=1, experiment="chunked-prefill-smoke"),
     "L2_engine/memory_pools.ipynb": dict(model="tiny-llama", cpu_kv_mib="64", prompt_median=128,
                                          output_median=32, requests=8, experiment="memory-pools-smoke"),

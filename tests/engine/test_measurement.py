@@ -36,6 +36,7 @@ def batch_experiment(tmp_path_factory):
         "batch", {"seqs1": {"max_num_seqs": 1}, "seqs16": {"max_num_seqs": 16, "environment": SEQS16_VARIABLES}},
         lk.Workload(24, lk.Fixed(PROMPT_LEN), lk.Fixed(OUTPUT_LEN), lk.Burst()),
         model="tiny-llama", context="offline", protocol=lk.Protocol(trials=2, warmup_requests=4),
+        base={"enforce_eager": True},  # the batch effect without two compile waits (the notebooks compile)
         results_dir=tmp_path_factory.mktemp("results"))
 
 
