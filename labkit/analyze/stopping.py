@@ -6,8 +6,10 @@ TTFT, its P50 TPOT, its P99 gap between tokens). The trials of one engine are in
 95 % interval of a metric is Student's t interval of those per-trial values: mean +/- t(n-1) * sd / sqrt(n).
 
 After `min_trials`, a load stops
-- "precise": every headline metric's interval lies within +/- `precision` of its mean (from three trials on);
-- "decided": against a reference arm's per-trial values, every headline metric's relative difference has
+- "precise": the interval of every metric the protocol names in `precise_on` lies within +/- `precision` of
+  its mean (from three trials on); by default throughput and TPOT P50, since a tail latency of a few dozen
+  requests cannot reach +/-2 % (labkit.spec.protocol.PRECISE_ON says what was seen);
+- "decided": against a reference arm's per-trial values, every such metric's relative difference has
   an interval wholly inside the +/- `decide_threshold` band or wholly beyond it (the verdict cannot change);
 - "maximum": `max_trials` were run;
 - "budget": one more trial, as long as the mean trial so far, would pass the load's share of `budget_s`.
@@ -102,7 +104,7 @@ def stop_reason(trial_values: dict[str, list[float]], protocol, reference: dict[
         return "fixed" if n >= protocol.trials else None
     if n < protocol.min_trials:
         return None
-    judged = {name: _finite(values) for name, values in trial_values.items()}
+    judged = {name: _finite(values) for name, values in trial_values.items() if name in protocol.precise_on}
     judged = {name: values for name, values in judged.items() if len(values)}
     if n >= PRECISE_FROM and judged and all(is_precise(values, protocol.precision) for values in judged.values()):
         return "precise"

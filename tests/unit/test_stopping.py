@@ -1,5 +1,6 @@
 """The adaptive-trials stopping rule (labkit.analyze.stopping), on synthetic trial values: each reason, the
 per-trial values it judges, the protocol's checks of bad input, and the coverage of the intervals it stops on."""
+import json
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import labkit as lk
 from labkit.analyze import stats
 from labkit.analyze.stopping import (HEADLINE, arm_reason, difference_interval, interval, reference_values,
                                      stop_reason, trial_values)
+from labkit.errors import BadParameter
 from labkit.spec.protocol import Protocol
 
 AUTO = Protocol(budget_s=None)
@@ -31,10 +33,29 @@ def test_precise_values_stop_from_the_third_trial_not_on_a_lucky_pair():
 
 def test_one_imprecise_metric_keeps_the_arm_running_until_the_maximum():
     values = steady(3)
-    values["ttft_p99_ms"] = [50.0, 100.0, 150.0]  # +/- 124 % at three trials
+    values["tpot_p50_ms"] = [50.0, 100.0, 150.0]  # +/- 124 % at three trials
     assert stop_reason(values, AUTO) is None
     values = {name: v * 2 for name, v in values.items()}  # six trials
     assert stop_reason(values, AUTO) == "maximum"
+
+
+def test_a_noisy_tail_latency_does_not_hold_the_arm_unless_the_protocol_names_it():
+    values = steady(3)
+    values["ttft_p99_ms"] = [36.6, 46.1, 41.0]  # a P99 of a handful of requests, as measured on an H200
+    assert stop_reason(values, AUTO) == "precise"
+    strict = Protocol(budget_s=None, precise_on=("output_tok_s", "ttft_p99_ms"))
+    assert stop_reason(values, strict) is None
+
+
+@pytest.mark.parametrize("bad", [(), ("ttft_p50_ms",), "output_tok_s", None])
+def test_precise_on_names_headline_metrics_only(bad):
+    with pytest.raises(BadParameter, match="precise_on must name one or more of the headline metrics"):
+        Protocol(precise_on=bad)
+
+
+def test_a_stored_protocol_reads_back_equal():
+    protocol = Protocol(precise_on=["output_tok_s"])  # as JSON hands it back
+    assert Protocol(**json.loads(json.dumps(protocol.to_dict()))) == protocol
 
 
 def test_a_metric_with_no_value_is_left_out_of_the_judgement():
@@ -62,7 +83,7 @@ def test_a_verdict_against_the_reference_settled_either_way_stops_the_arm():
     assert stop_reason(noisy, protocol, reference=near) == "decided"
     edge = {name: [104.0, 106.0, 105.0] for name in HEADLINE}  # straddles -5 %: not settled
     assert stop_reason(noisy, protocol, reference=edge) is None
-    half_known = {**far, "tbt_p99_ms": [150.0]}  # one reference value has no spread: nothing is decided
+    half_known = {**far, "tpot_p50_ms": [150.0]}  # one reference value has no spread: nothing is decided
     assert stop_reason(noisy, protocol, reference=half_known) is None
 
 
@@ -210,3 +231,9 @@ def test_the_arms_complete_line_says_how_many_trials_ran_and_why_they_stopped():
         "4 trial(s) over 1 load(s) (stopped: precise)"
     assert _trials_text({"trials_run": 9, "stopped": "maximum", "stopped_by_load": {"a": "precise", "b": "maximum"}},
                         Protocol(), 2) == "9 trial(s) over 2 load(s) (stopped: a precise, b maximum)"
+
+
+def test_the_protocols_headline_metrics_are_the_verdicts():
+    from labkit.spec.protocol import HEADLINE_METRICS, PRECISE_ON
+
+    assert list(HEADLINE_METRICS) == stats.VERDICT_METRICS == HEADLINE and set(PRECISE_ON) <= set(HEADLINE)
