@@ -192,7 +192,7 @@ def test_an_arm_gets_its_secrets_and_its_store_holds_none(batch_experiment, batc
 
     # the same secrets again: the stored (redacted) spec matches, so the arm resumes without an engine start
     again = lk.Experiment("batch", batch_experiment.arms, batch_experiment.workload, model="tiny-llama",
-                          context="offline", protocol=batch_experiment.protocol,
+                          context="offline", base=batch_experiment.base, protocol=batch_experiment.protocol,
                           results_dir=batch_experiment.results_dir).run(progress=False, only=["seqs16"])
     assert again.complete_arms == ["seqs1", "seqs16"]
     assert json.loads((again.path / "arms" / "seqs16" / "arm.json").read_text())["recorded_utc"] == recorded
