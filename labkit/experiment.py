@@ -326,7 +326,8 @@ class Experiment:
             if event["stage"] == "trial":
                 trials.update(1)
                 done[event["load"]] += 1
-            left = _time_left(estimate, self.protocol, done, started=event["stage"] not in ("imported", "starting engine"))
+            started = event["stage"] not in ("imported", "starting engine")
+            left = _time_left(estimate, self.protocol, done, started)
             trials.set_postfix_str(event["stage"] + (f", {left}" if left else ""))
         try:
             outcome = run_arm(job, workdir, self.arm_timeout_s, on_progress, worker=worker,
