@@ -112,7 +112,8 @@ def expected_total(estimates: list[Estimate], fewest: int, most: int) -> str:
     low, high = (sum(e.arm_seconds(n) or 0.0 for e in estimates) for n in (fewest, most))
     known = all(e.arm_seconds(fewest) is not None for e in estimates)
     count = estimates[0].start_basis
-    basis = f"engine start ~{duration_text(statistics.median(starts))} from {count} earlier arm{'s' * (count != 1)} here"
+    basis = (f"engine start ~{duration_text(statistics.median(starts))} from {count} earlier "
+             f"arm{'s' * (count != 1)} here")
     if not known:
         return (f"expected at least {duration_text(sum(starts))} for {arms} ({basis}; the trials' time is known "
                 "once the first arm has measured them)")
