@@ -174,7 +174,7 @@ class Experiment:
         a separate process, no engine started; a few seconds)."""
         ref = resolve_model(self.model)
         plans = self.plans()
-        runnable = {arm: {"model": ref.model, **self._engine_args(plan, ref)} for arm, plan in plans.items()
+        runnable = {arm: self._engine_args(plan, ref) for arm, plan in plans.items()
                     if plan.not_applicable is None}
         resolved = self._implied(runnable) if defaults and runnable else {}
         shared = _shared_knobs([plan.knobs for plan in plans.values()]) if len(plans) > 1 else {}
@@ -243,8 +243,8 @@ class Experiment:
                 if plan.not_applicable:
                     continue
                 spec = self.arm_spec(plan, ref)
-                if not self.store.check_resumable(arm, spec):
-                    todo.append((arm, plan, spec))
+                if not self.store.check_resumable(arm, spec):  # the full launch goes to the worker as planned
+                    todo.append((arm, self._engine_args(plan, ref), spec))
             self.store.begin({"name": self.name, "model": self.model, "shape": ref.to_dict()["shape"],
                               "context": self.context, "arms": self.arms, "base": self.base,
                               "overrides": self.overrides, "workloads": self._workload_dicts(),
@@ -261,9 +261,9 @@ class Experiment:
                                              self.protocol.most_trials))
             upcoming: list[ArmWorker] = []  # the next arm's worker, importing while this arm's engine starts
             try:
-                for index, (arm, _plan, spec) in enumerate(bar):
+                for index, (arm, _launch, spec) in enumerate(bar):
                     bar.set_postfix_str(arm)
-                    current = upcoming.pop() if upcoming else self._worker(arm, spec, vocab)
+                    current = upcoming.pop() if upcoming else self._worker(todo[index], vocab)
                     self._run_one(arm, spec, current, self._starter(todo[index + 1:], vocab, upcoming), progress, bar,
                                   self._estimates([todo[index]])[arm] if index else estimates[arm])
             finally:
@@ -278,24 +278,23 @@ class Experiment:
         records = eta.read_records([self.store.path.parent, settings.current().results_dir])
         hardware = hardware_key()
         return {arm: eta.estimate(records, hardware, bool(spec["engine_args"].get("enforce_eager")), spec["workloads"])
-                for arm, _plan, spec in todo}
+                for arm, _launch, spec in todo}
 
     def _starter(self, rest: list, vocab: int, upcoming: list):
         """What starts the next arm's worker (kept in `upcoming`), or None after the last arm."""
         if not rest:
             return None
-        arm, _plan, spec = rest[0]
 
         def start_next() -> ArmWorker:
-            upcoming.append(self._worker(arm, spec, vocab))
+            upcoming.append(self._worker(rest[0], vocab))
             return upcoming[-1]
         return start_next
 
-    def _worker(self, arm: str, spec: dict, vocab: int) -> ArmWorker:
+    def _worker(self, planned: tuple, vocab: int) -> ArmWorker:
         """The arm's worker, started now: it imports, then waits for its turn."""
-        job = ArmJob(arm, {"model": resolve_model(self.model).model, **spec["engine_args"]},
-                     self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind, self.context,
-                     arm_variables=spec.get("variables", {}),
+        arm, launch, spec = planned
+        job = ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
+                     self.context, arm_variables=spec.get("variables", {}),
                      compile_cache=str(compile_cache(settings.current().compile_cache_dir)))
         return ArmWorker(job, self.store.new_workdir(arm))
 
