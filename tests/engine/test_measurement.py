@@ -42,17 +42,10 @@ def batch_experiment(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def batch_results(batch_experiment):
-    shell = {"VLLM_API_KEY": SHELL_KEY, "HF_TOKEN": SHELL_HF}
-    saved = {name: os.environ.get(name) for name in shell}
-    os.environ.update(shell)
-    try:
+    with pytest.MonkeyPatch.context() as shell:  # the secrets of the shell the experiment runs from
+        shell.setenv("VLLM_API_KEY", SHELL_KEY)
+        shell.setenv("HF_TOKEN", SHELL_HF)
         return batch_experiment.run(progress=False)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def test_the_engine_runs_the_deployment_context_the_plan_shows(batch_experiment, batch_results):
