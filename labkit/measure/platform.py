@@ -19,6 +19,12 @@ class Platform:
     vllm_version: tuple[int, ...] | None
     gpu_names: tuple[str, ...] = ()
     compute_capability: str | None = None  # the first GPU's, such as "9.0"; None on a CPU or where unknown
+    # the CPU's instruction sets vLLM's CPU backend chooses kernels by (of CPU_FEATURES); None where unread
+    cpu_features: tuple[str, ...] | None = None
+
+    def has_cpu_feature(self, *names: str) -> bool | None:
+        """Whether the CPU has any of these instruction sets (/proc/cpuinfo's names), None where unknown."""
+        return None if self.cpu_features is None else bool(set(names) & set(self.cpu_features))
 
     @property
     def gpu_count(self) -> int:
@@ -42,12 +48,30 @@ def vllm_version() -> tuple[int, ...] | None:
     return None
 
 
+# vLLM's CPU attention picks its kernels by these (vllm/v1/attention/backends/cpu_attn.py): an fp8 KV cache
+# needs AVX-512 or AMX there, and the engine fails at its start without them
+CPU_FEATURES = ("avx512f", "amx_tile", "amx_bf16")
+
+
+def cpu_features(cpuinfo: str | None = None) -> tuple[str, ...] | None:
+    """Which of CPU_FEATURES the CPU's flags list (/proc/cpuinfo), None where they cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.split(":")[0].strip() in ("flags", "Features")), None)
+    return None if flags is None else tuple(f for f in CPU_FEATURES if f in flags)
+
+
 @functools.lru_cache(maxsize=1)
 def current_platform() -> Platform:
     """This machine's Platform, found once per process."""
     gpus = nvidia_gpus()
     return Platform("cuda" if gpus else "cpu", vllm_version(), gpus,
-                    driver_facts().get("compute_capability") if gpus else None)
+                    driver_facts().get("compute_capability") if gpus else None,
+                    None if gpus else cpu_features())
 
 
 def numa_nodes() -> int:

@@ -144,10 +144,14 @@ def _quantization_args(value, platform: Platform) -> dict:
 
 
 def _kv_cache_dtype_args(value, platform: Platform) -> dict:
-    # vLLM's CPU backend stores an fp8 KV cache (and the lab measures it there); a GPU needs fp8 tensor cores
-    if str(value).startswith("fp8") and platform.kind == "cuda" and (why := _fp8_problem(f"an {value} KV cache",
-                                                                                          platform)):
+    # vLLM's CPU backend stores an fp8 KV cache with AVX-512 or AMX kernels (and the lab measures it there); a
+    # GPU needs fp8 tensor cores
+    fp8 = str(value).startswith("fp8")
+    if fp8 and platform.kind == "cuda" and (why := _fp8_problem(f"an {value} KV cache", platform)):
         raise NotApplicable(why)
+    if fp8 and platform.kind == "cpu" and platform.has_cpu_feature("avx512f", "amx_tile") is False:
+        raise NotApplicable(f"an {value} KV cache on vLLM's CPU backend needs a CPU with AVX-512 or AMX "
+                            "(its fp8 attention kernels); this CPU has neither")
     return {"kv_cache_dtype": value}
 
 

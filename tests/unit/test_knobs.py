@@ -218,6 +218,26 @@ def test_fp8_needs_fp8_tensor_cores_and_an_unknown_capability_lets_vllm_decide()
     assert plan_arm({"kv_cache_dtype": "fp8"}, CPU).engine_args["kv_cache_dtype"] == "fp8"  # vLLM's CPU backend
 
 
+def test_an_fp8_kv_cache_on_a_cpu_needs_avx512_or_amx():
+    """vLLM's CPU attention raises at the engine's start without them: the plan says so before any engine."""
+    plain = Platform("cpu", (0, 32, 0), cpu_features=())
+    why = plan_arm({"kv_cache_dtype": "fp8"}, plain).not_applicable
+    assert "needs a CPU with AVX-512 or AMX" in why and "this CPU has neither" in why
+    for features in (("avx512f",), ("amx_tile", "amx_bf16")):
+        found = Platform("cpu", (0, 32, 0), cpu_features=features)
+        assert plan_arm({"kv_cache_dtype": "fp8"}, found).engine_args == {"kv_cache_dtype": "fp8"}
+    assert plan_arm({"kv_cache_dtype": "auto"}, plain).not_applicable is None
+
+
+def test_cpu_features_are_read_from_the_flags_line():
+    from labkit.measure.platform import cpu_features
+
+    assert cpu_features("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw amx_tile\n") == ("avx512f",
+                                                                                               "amx_tile")
+    assert cpu_features("processor\t: 0\nflags\t\t: fpu sse avx2\n") == ()
+    assert cpu_features("processor\t: 0\n") is None  # no flags line: unknown, vLLM decides
+
+
 def test_engine_args_combine_across_knobs():
     plan = plan_arm({"cuda_graphs": False, "max_num_seqs": 64, "enable_prefix_caching": False}, H200)
     assert plan.engine_args == {"compilation_config": {"cudagraph_mode": "NONE"}, "max_num_seqs": 64,
