@@ -1,5 +1,6 @@
 """Fidelity against the real vLLM (CPU build): an arm's launch is what `vllm serve` parses from the command line
 the lab writes for it, and vLLM resolves the defaults of the arm's deployment context. No engine starts."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -54,8 +55,10 @@ print(json.dumps(out))
 
 
 def test_every_arm_is_the_vllm_serve_command_the_plan_shows(tmp_path):
+    # the fp8 KV arm is planned as on a CPU with AVX-512 (its launch is parsed here, no engine starts)
+    platform = dataclasses.replace(lk.current_platform(), cpu_features=("avx512f",))
     exp = lk.Experiment("fidelity", ARMS, lk.Workload(4, lk.Fixed(16), lk.Fixed(8), lk.Burst()), model="tiny-llama",
-                        results_dir=tmp_path)
+                        results_dir=tmp_path, platform=platform)
     plan = exp.plan_table(defaults=False).set_index("arm")
     ref = lk.resolve_model("tiny-llama")
     job = {arm: [plan.loc[arm, "launch"], {"model": ref.model, **exp.arm_spec(exp.plans()[arm], ref)["engine_args"]}]
