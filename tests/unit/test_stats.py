@@ -1,4 +1,5 @@
 """Summaries and A/B verdicts on constructed results (no engine, no disk)."""
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,29 @@ def test_t_quantiles_match_the_published_table():
         assert t_quantile(df) == pytest.approx(published, abs=0.001)
     with pytest.raises(ValueError):
         t_quantile(0)
+
+
+def test_block_statistics_are_numpys_percentile_and_mean_of_each_run():
+    values = np.random.default_rng(3).lognormal(size=31)
+    sizes = np.array([1, 5, 10, 15])
+    runs = np.split(values, np.cumsum(sizes)[:-1])
+    for name in ("ttft_p99_ms", "tpot_p50_ms", "e2e_p50_ms"):
+        m = stats.METRICS[name]
+        assert np.allclose(stats._row_stats(values, sizes, m), [np.percentile(r, m.percentile) for r in runs])
+    mean = dataclasses.replace(stats.METRICS["tpot_p50_ms"], percentile=None)
+    assert np.allclose(stats._row_stats(values, sizes, mean), [r.mean() for r in runs])
+
+
+@pytest.mark.parametrize("name", ["ttft_p99_ms", "tpot_p50_ms"])
+def test_small_samples_resampled_in_blocks_give_the_intervals_of_one_draw_per_replicate(name, monkeypatch):
+    """The vectorised bootstrap of small samples draws the same two-level resamples as the per-replicate loop:
+    their replicates have the same centre and spread (a tail percentile of 120 values takes few distinct values,
+    so single quantiles of the replicates jump between them; the moments do not)."""
+    rng = np.random.default_rng(7)
+    data = [rng.lognormal(size=40) * (1 + 0.05 * i) for i in range(3)]
+    m = stats.METRICS[name]
+    blocks = stats.replicates(data, m, n_boot=4000)
+    monkeypatch.setattr(stats, "VECTORISED_UP_TO", 0)  # the per-replicate loop
+    loop = stats.replicates(data, m, n_boot=4000)
+    assert abs(blocks.mean() - loop.mean()) <= 0.02 * loop.mean(), (blocks.mean(), loop.mean())
+    assert abs(blocks.std() - loop.std()) <= 0.1 * loop.std(), (blocks.std(), loop.std())
