@@ -14,7 +14,7 @@ from labkit.spec.protocol import Protocol
 from labkit.spec.workload import (Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform,
                                   Workload)
 from labkit.store import Results, load
-from labkit.suite.parameters import smoke_parameters
+from labkit.suite.parameters import smoke_overrides, smoke_parameters
 
 
 
@@ -28,5 +28,6 @@ __all__ = [
     "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable",
     "Experiment", "default_model", "current_platform", "KNOBS", "plan_arm", "SHAPES", "ModelShape", "resolve_model",
     "Protocol", "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform",
-    "Workload", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters", "explore",
+    "Workload", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters", "smoke_overrides",
+    "explore",
 ]

@@ -59,6 +59,19 @@ SMOKE: dict[str, dict] = {
                                         trials=2, experiment="templates-smoke"),
 }
 
+# A smoke run checks a notebook's wiring: its engines start eager (torch.compile off: 10-25 s less per engine
+# start on a CPU), except in the notebooks whose subject is compilation, which do not ask for it.
+SMOKE_OVERRIDES = {"enforce_eager": True}
+
+
+def smoke_overrides(smoke: bool) -> dict:
+    """The knobs forced onto a notebook's arms: in a smoke run an eager engine, then the settings' launch
+    overrides (`labkit suite --override`), which win. Shown in each arm's knobs and launch line."""
+    from labkit.experiment import launch_overrides  # the experiment module imports this one's package
+
+    return {**(SMOKE_OVERRIDES if smoke else {}), **launch_overrides()}
+
+
 # Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.
 PROFILES: dict[str, dict[str, dict]] = {
     "cpu-smoke": {"*": {"smoke": True}},  # minutes on a laptop or CI machine: each notebook's SMOKE values

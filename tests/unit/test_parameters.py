@@ -89,3 +89,14 @@ def test_trials_take_auto_or_a_whole_number(value, expected):
 def test_trials_refuse_anything_else_naming_both_forms(value):
     with pytest.raises(BadParameter, match='trials must be "auto" or a whole number >= 1'):
         parameters.check_parameters(QUICKSTART, {"trials": value})
+
+
+def test_a_smoke_run_starts_eager_engines_and_the_settings_overrides_win():
+    from labkit import settings
+    from labkit.suite.parameters import smoke_overrides
+
+    assert smoke_overrides(True) == {"enforce_eager": True} and smoke_overrides(False) == {}
+    forced = settings.current().replace(launch_overrides={"enforce_eager": False, "max_num_seqs": 8})
+    with settings.use(forced):
+        assert smoke_overrides(True) == {"enforce_eager": False, "max_num_seqs": 8}
+        assert smoke_overrides(False) == {"enforce_eager": False, "max_num_seqs": 8}
