@@ -12,13 +12,14 @@ import datetime as _dt
 import json
 import os
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from labkit import settings
-from labkit.errors import BadParameter
+from labkit.errors import BadParameter, LabkitError
 from labkit.files import write_json_atomic
 from labkit.analyze import eta
 from labkit.measure.environment import check_multicast_off, compile_cache, hardware_key
@@ -76,6 +77,8 @@ class Experiment:
     arm_timeout_s: float = 1800.0
     results_dir: str | Path | None = None
     platform: Platform = field(default_factory=current_platform)
+    # the first arm's worker, started by the plan: {"planned": (arm, launch, spec), "worker": ArmWorker or None}
+    _early: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     __repr__ = redacted_repr  # an arm's environment knob or engine_args may hold a secret
 
@@ -167,13 +170,16 @@ class Experiment:
     def _workload_dicts(self) -> dict:
         return {name: w.to_dict() for name, w in self.loads.items()}
 
-    def plan_table(self, defaults: bool = True) -> pd.DataFrame:
+    def plan_table(self, defaults: bool = True, prepare: bool = True) -> pd.DataFrame:
         """What each arm will ask of vLLM here, or why it cannot run here: a dry run. Each arm's launch is
         written as its user would start it (`vllm serve ...` or `LLM(...)`), and with `defaults` vLLM's own
         resolution of the scheduler settings in this context on this machine is shown beside it (computed in
-        a separate process, no engine started; a few seconds)."""
+        a separate process, no engine started; a few seconds). With `prepare`, the first arm to run gets its
+        worker now: it imports vLLM while the plan resolves and is read, and run() takes it over."""
         ref = resolve_model(self.model)
         plans = self.plans()
+        if prepare:
+            self._prepare_first_arm(plans, ref)
         runnable = {arm: self._engine_args(plan, ref) for arm, plan in plans.items()
                     if plan.not_applicable is None}
         resolved = self._implied(runnable) if defaults and runnable else {}
@@ -221,6 +227,44 @@ class Experiment:
                 pass  # an unwritable folder only costs the next plan its few seconds
         return resolved
 
+    def _prepare_first_arm(self, plans: dict[str, ArmPlan], ref: ModelRef) -> None:
+        """Start the worker of the first arm run() will measure (its imports take seconds of a core here, tens
+        on a fresh GPU machine), only for this machine's own platform with vLLM installed. One never taken over
+        exits by itself after EARLY_RELEASE_S, or when this experiment is collected or its process ends."""
+        if self._early and self._early["worker"] and self._early["worker"].proc.is_alive():
+            return
+        if self.platform != current_platform() or self.platform.vllm_version is None:
+            return
+        first = None
+        for arm, plan in plans.items():
+            if plan.not_applicable:
+                continue
+            spec = self.arm_spec(plan, ref)
+            try:
+                if not self.store.check_resumable(arm, spec):
+                    first = (arm, self._engine_args(plan, ref), spec)
+                    break
+            except LabkitError:  # a changed spec: run() refuses it, with its reason
+                return
+        if first is None:
+            return
+        self._early = {"planned": first,
+                       "worker": self._worker(first, _vocab(ref), release_within_s=EARLY_RELEASE_S)}
+        weakref.finalize(self, _discard_unused, self._early)
+
+    def _take_early(self, todo: list) -> ArmWorker | None:
+        """The plan's early worker when it is still waiting for the arm run() measures first, else None (and an
+        early worker that does not fit is ended)."""
+        early, self._early = self._early, None
+        worker = early and early.pop("worker", None)
+        if worker is None:
+            return None
+        early["worker"] = None
+        if todo and todo[0] == early["planned"] and worker.proc.is_alive():
+            return worker
+        worker.discard()
+        return None
+
     # ---- running ---------------------------------------------------------------------------------
     def run(self, progress: bool = True, only: list[str] | None = None) -> Results:
         """Measure every arm (or the arms named in `only`) not already stored, and load the results."""
@@ -232,7 +276,7 @@ class Experiment:
             raise BadParameter(f"no arm(s) {unknown} in this experiment; its arms are {list(self.arms)}")
         plans = {arm: plan for arm, plan in self.plans().items() if only is None or arm in only}
         ref = resolve_model(self.model)
-        vocab = ref.shape.vocab_size if ref.shape else 32000
+        vocab = _vocab(ref)
         for arm, plan in plans.items():  # every check before the first engine starts
             if not plan.not_applicable:
                 self._check_lengths(plan, ref, arm)
@@ -249,7 +293,8 @@ class Experiment:
                               "context": self.context, "arms": self.arms, "base": self.base,
                               "overrides": self.overrides, "workloads": self._workload_dicts(),
                               "protocol": self.protocol.to_dict()})
-            self.store.clean_work()
+            early = self._take_early(todo)
+            self.store.clean_work(keep=early.workdir if early else None)
             for arm, plan in plans.items():
                 if plan.not_applicable:
                     self.store.record_skip(arm, {"arm": arm, "reason": plan.not_applicable,
@@ -259,7 +304,8 @@ class Experiment:
             if todo:
                 bar.write(eta.expected_total(list(estimates.values()), self.protocol.fewest_trials,
                                              self.protocol.most_trials))
-            upcoming: list[ArmWorker] = []  # the next arm's worker, importing while this arm's engine starts
+            # the next arm's worker, importing while this arm's engine starts (the first arm's: the plan's)
+            upcoming: list[ArmWorker] = [early] if early else []
             try:
                 for index, (arm, _launch, spec) in enumerate(bar):
                     bar.set_postfix_str(arm)
@@ -290,13 +336,13 @@ class Experiment:
             return upcoming[-1]
         return start_next
 
-    def _worker(self, planned: tuple, vocab: int) -> ArmWorker:
+    def _worker(self, planned: tuple, vocab: int, release_within_s: float | None = None) -> ArmWorker:
         """The arm's worker, started now: it imports, then waits for its turn."""
         arm, launch, spec = planned
         job = ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
                      self.context, arm_variables=spec.get("variables", {}),
                      compile_cache=str(compile_cache(settings.current().compile_cache_dir)))
-        return ArmWorker(job, self.store.new_workdir(arm))
+        return ArmWorker(job, self.store.new_workdir(arm), release_within_s)
 
     def _reference(self, arm: str) -> dict | None:
         """The protocol's reference arm's per-trial values, for an adaptive arm's "decided" stop: None for the
@@ -353,6 +399,22 @@ class Experiment:
                                                              "log_tail": outcome.log_tail,
                                                              "seconds": outcome.seconds, "recorded_utc": now})
             bar.write(f"arm {arm!r} failed: {outcome.cause} (log: {where / 'engine.log'})")
+
+
+# how long the first arm's worker, started by the plan, waits for run() before it exits unused
+EARLY_RELEASE_S = 900.0
+
+
+def _vocab(ref: ModelRef) -> int:
+    """The vocabulary the workload's token ids are drawn from."""
+    return ref.shape.vocab_size if ref.shape else 32000
+
+
+def _discard_unused(early: dict) -> None:
+    """End the plan's early worker if run() never took it over."""
+    if early.get("worker") is not None:
+        early["worker"].discard()
+        early["worker"] = None
 
 
 def _time_left(estimate: eta.Estimate, protocol: Protocol, done: dict[str, int], started: bool) -> str:

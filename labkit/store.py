@@ -166,14 +166,16 @@ class ExperimentStore:
         if not target.exists():
             write_json_atomic(target, meta)
 
-    def clean_work(self) -> list[Path]:
+    def clean_work(self, keep: Path | None = None) -> list[Path]:
         """Clear the work folders of runs that died (they hold no complete result and are never resumed from);
         a folder whose run is alive stays. One whose engine had started becomes a failure record of its arm
         (cause "interrupted"), so a run ended by a signal or a kill still shows what its engine said; a worker
-        started ahead of its turn that never came measured nothing and leaves no record. Returns
-        the folders cleared."""
+        started ahead of its turn that never came measured nothing and leaves no record; `keep` is one about
+        to be taken over (the plan's early worker). Returns the folders cleared."""
         cleared = []
         for work in sorted((self.path / ".work").glob("*")):
+            if keep is not None and work == keep:
+                continue
             match = re.search(r"^(.+)-(\d+)-[0-9a-f]{8}$", work.name)
             if match and _alive(int(match.group(2))) and int(match.group(2)) != os.getpid():
                 continue

@@ -105,13 +105,15 @@ def failure_summary(log_text: str, lines: int = LOG_TAIL_LINES) -> str:
 class ArmWorker:
     """An arm's worker process, started ahead of its turn: it imports vLLM (seconds of a core), says so and waits
     for `release`, touching no GPU memory until then. Started while the previous arm's engine starts, it takes
-    the imports out of the wait between arms; the previous arm holds its measurement until they are done."""
+    the imports out of the wait between arms; the previous arm holds its measurement until they are done. The
+    first arm's is started by the plan (Experiment.plan_table), with a limit on its wait."""
 
-    def __init__(self, job: ArmJob, workdir: Path):
+    def __init__(self, job: ArmJob, workdir: Path, release_within_s: float | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         self.job, self.workdir = job, workdir
         self.proc = multiprocessing.get_context("spawn").Process(
-            target=worker_main, args=(job.__dict__, str(workdir), os.getpid()), name=f"labkit-arm-{job.arm}")
+            target=worker_main, args=(job.__dict__, str(workdir), os.getpid(), release_within_s),
+            name=f"labkit-arm-{job.arm}")
         self.proc.start()
 
     def events(self) -> list[dict]:

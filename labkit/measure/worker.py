@@ -39,9 +39,10 @@ class ArmJob:
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
 
-def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
+def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_within_s: float | None = None) -> None:
     """The arm worker's entry point; never returns: measures the job into `workdir` with its output in
-    engine.log, writes result.json (complete, or failed with the error) and exits the process."""
+    engine.log, writes result.json (complete, or failed with the error) and exits the process. A worker not
+    released within `release_within_s` (one started for a plan that was never run) exits unused."""
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
     if parent_pid is not None:
         _end_with_parent(parent_pid)
@@ -63,7 +64,11 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None) -> None:
         began = time.perf_counter()
         _import_engine()
         _progress(out, stage=IMPORTED, seconds=round(time.perf_counter() - began, 2))
-        job.update(_wait_for_release(out))  # what the parent learnt meanwhile (the reference arm's values)
+        handed_over = _wait_for_release(out, release_within_s)  # what the parent learnt meanwhile (the reference)
+        if handed_over is None:
+            print(f"labkit: not released within {release_within_s:.0f} s; this worker exits unused", flush=True)
+            os._exit(0)
+        job.update(handed_over)
         asyncio.run(_measure(ArmJob(**job), out))
     except BaseException as exc:  # recorded, never raised: the parent classifies it from the log
         traceback.print_exc()
@@ -92,10 +97,13 @@ def _import_engine() -> None:
     import labkit.measure.resolved  # noqa: F401
 
 
-def _wait_for_release(out: Path, poll_s: float = 0.05) -> dict:
-    """Wait for the parent's go (it may come at once); returns what it handed over with it."""
-    released = out / RELEASED
+def _wait_for_release(out: Path, limit_s: float | None = None, poll_s: float = 0.05) -> dict | None:
+    """Wait for the parent's go (it may come at once); returns what it handed over with it, or None when no go
+    came within `limit_s`."""
+    released, began = out / RELEASED, time.monotonic()
     while not released.exists():
+        if limit_s is not None and time.monotonic() - began > limit_s:
+            return None
         time.sleep(poll_s)
     return json.loads(released.read_text())
 

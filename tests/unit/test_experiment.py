@@ -5,6 +5,7 @@ import pytest
 
 from labkit.errors import BadParameter
 from labkit import settings
+import labkit as lk
 from labkit.experiment import Experiment, launch_overrides
 from labkit.measure.platform import Platform
 from labkit.spec.workload import Concurrency, Fixed, Workload
@@ -62,3 +63,37 @@ def test_max_model_len_beyond_the_shape_fails_before_any_engine(tmp_path):
     with pytest.raises(BadParameter, match="exceeds the llama3-8b shape's 8192 positions"):
         exp.run(progress=False)
     assert not (tmp_path / "too-long" / "arms").exists()
+
+
+class _Worker:
+    """A stand-in for an ArmWorker: alive until discarded (no process: this is the hand-over logic only)."""
+
+    def __init__(self):
+        self.discarded = False
+        self.proc = self
+
+    def is_alive(self):
+        return not self.discarded
+
+    def discard(self):
+        self.discarded = True
+
+
+def test_the_plans_early_worker_is_taken_over_only_for_the_arm_it_was_started_for(tmp_path):
+    from labkit.experiment import _discard_unused
+
+    exp = lk.Experiment("early", {"a": {}, "b": {"max_num_seqs": 4}}, lk.Workload(4, lk.Fixed(16), lk.Fixed(8),
+                        lk.Burst()), model="tiny-llama", results_dir=tmp_path)
+    planned = ("a", {"model": "m"}, {"knobs": {}})
+    worker = _Worker()
+    exp._early = {"planned": planned, "worker": worker}
+    assert exp._take_early([planned, ("b", {}, {})]) is worker and exp._early is None
+    assert not worker.discarded
+    other = _Worker()
+    exp._early = early = {"planned": planned, "worker": other}
+    assert exp._take_early([("b", {}, {})]) is None and other.discarded  # the first arm to run is another one
+    _discard_unused(early)  # the experiment collected after run() took (or ended) it: nothing left to end
+    unused = {"planned": planned, "worker": _Worker()}
+    kept = unused["worker"]
+    _discard_unused(unused)
+    assert kept.discarded and unused["worker"] is None

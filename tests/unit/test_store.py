@@ -303,3 +303,10 @@ def test_the_cache_share_comes_from_the_engine_counters(tmp_path):
     assert out.prefix_hit_pct.tolist() == [pytest.approx(83.333, rel=1e-4), 0.0]
     assert out.prefill_tokens_computed.tolist() == [768.0, 4608.0]
     assert "prefix_hit_pct" not in _with_cache_columns(pd.DataFrame({"output_tok_s": [1.0]}))
+
+
+def test_clean_work_keeps_the_folder_about_to_be_taken_over(tmp_path):
+    store = ExperimentStore("e", tmp_path)
+    early = store.new_workdir("first")  # this process's: cleared, unless it is the plan's early worker
+    assert store.clean_work(keep=early) == [] and early.exists()
+    assert store.clean_work() == [early] and not early.exists()

@@ -158,3 +158,11 @@ def test_shared_memory_an_ended_engine_left_is_unlinked_and_untracked():
     segment.close()
     _unlink_segments(made)
     assert segment.name not in _shared_segments()
+
+
+def test_a_worker_never_released_stops_waiting_at_its_limit(tmp_path):
+    from labkit.measure.worker import RELEASED, _wait_for_release
+
+    assert _wait_for_release(tmp_path, limit_s=0.2) is None  # the plan's early worker of a run never made
+    (tmp_path / RELEASED).write_text('{"reference": null}')
+    assert _wait_for_release(tmp_path, limit_s=0.2) == {"reference": None}
