@@ -256,10 +256,10 @@ class Experiment:
         """The plan's early worker when it is still waiting for the arm run() measures first, else None (and an
         early worker that does not fit is ended)."""
         early, self._early = self._early, None
-        worker = early and early.pop("worker", None)
+        worker = early["worker"] if early else None
         if worker is None:
             return None
-        early["worker"] = None
+        early["worker"] = None  # run() has it now: collecting the experiment must not end it
         if todo and todo[0] == early["planned"] and worker.proc.is_alive():
             return worker
         worker.discard()

@@ -50,7 +50,7 @@ def vllm_version() -> tuple[int, ...] | None:
 
 # vLLM's CPU attention picks its kernels by these (vllm/v1/attention/backends/cpu_attn.py): an fp8 KV cache
 # needs AVX-512 or AMX there, and the engine fails at its start without them
-CPU_FEATURES = ("avx512f", "amx_tile", "amx_bf16")
+CPU_FEATURES = ("avx512f", "amx_tile")
 
 
 def cpu_features(cpuinfo: str | None = None) -> tuple[str, ...] | None:
