@@ -2,12 +2,15 @@
 
     python benchmarks/time_to_verdict.py arms [--arms 2] [--compile] [--trials N|auto] [--out result.json]
     python benchmarks/time_to_verdict.py notebook NOTEBOOK [--profile cpu-smoke] [--out result.json]
+    python benchmarks/time_to_verdict.py saved RESULTS_DIR [--fixed 3] [--out result.json]
 
 `arms` runs a small experiment of the tiny synthetic model (eager unless --compile) in a fresh results folder
 and reports the wall time, each arm's lifecycle (worker imports, engine start, measuring, ending once the
 results were stored: `lifecycle_s` in the arm's facts), the trials it ran and the host load beside it.
 `notebook` runs one notebook through `labkit run` with a suite profile (papermill, a fresh kernel) and
-reports its wall time. Both print one JSON object (and write it with --out); figures quoted in the README
+reports its wall time. `saved` reads the arms stored under a results folder and counts, per experiment, the
+trials the adaptive protocol ran against what a fixed protocol of `--fixed` trials per load would have run
+(arms measured with a fixed protocol count as they ran). All print one JSON object (and write it with --out); figures quoted in the README
 come from these commands. Run them on an idle machine: the host load is reported so a busy one is visible.
 """
 from __future__ import annotations
@@ -85,6 +88,24 @@ def stored_arms(results: Path) -> list[dict]:
     return arms
 
 
+def saved(args) -> dict:
+    """Per experiment: trials run, against `fixed` trials on each load of each stored arm."""
+    experiments: dict[str, dict] = {}
+    for record in sorted(Path(args.results).glob("*/arms/*/arm.json")):
+        meta = json.loads(record.read_text())
+        loads = len(meta.get("spec", {}).get("workloads") or {"default": None})
+        protocol = meta.get("spec", {}).get("protocol", {})
+        ran = meta.get("facts", {}).get("trials_run")
+        ran = ran if ran is not None else protocol.get("trials", 0) * loads
+        found = experiments.setdefault(record.parents[2].name, {"arms": 0, "trials_run": 0, "trials_fixed": 0})
+        found["arms"] += 1
+        found["trials_run"] += ran
+        found["trials_fixed"] += (args.fixed * loads if protocol.get("trials") == "auto" else ran)
+    for found in experiments.values():
+        found["trials_saved"] = found["trials_fixed"] - found["trials_run"]
+    return {"what": "saved", "results": args.results, "fixed": args.fixed, "experiments": experiments}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -96,10 +117,13 @@ def main() -> None:
     n = sub.add_parser("notebook")
     n.add_argument("notebook")
     n.add_argument("--profile", default="cpu-smoke")
-    for p in (a, n):
+    v = sub.add_parser("saved")
+    v.add_argument("results", help="a results folder (experiments under it)")
+    v.add_argument("--fixed", type=int, default=3, help="trials per load of the fixed protocol compared with")
+    for p in (a, n, v):
         p.add_argument("--out", help="write the JSON here too")
     args = parser.parse_args()
-    result = arms(args) if args.what == "arms" else notebook(args)
+    result = {"arms": arms, "notebook": notebook, "saved": saved}[args.what](args)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
