@@ -86,13 +86,13 @@ def test_the_plans_early_worker_is_taken_over_only_for_the_arm_it_was_started_fo
                         lk.Burst()), model="tiny-llama", results_dir=tmp_path)
     planned = ("a", {"model": "m"}, {"knobs": {}})
     worker = _Worker()
-    exp._early = {"planned": planned, "worker": worker}
+    exp._early = taken = {"planned": planned, "worker": worker}
     assert exp._take_early([planned, ("b", {}, {})]) is worker and exp._early is None
+    _discard_unused(taken)  # the experiment collected after run() took it over: its worker is run()'s now
     assert not worker.discarded
     other = _Worker()
-    exp._early = early = {"planned": planned, "worker": other}
+    exp._early = {"planned": planned, "worker": other}
     assert exp._take_early([("b", {}, {})]) is None and other.discarded  # the first arm to run is another one
-    _discard_unused(early)  # the experiment collected after run() took (or ended) it: nothing left to end
     unused = {"planned": planned, "worker": _Worker()}
     kept = unused["worker"]
     _discard_unused(unused)
