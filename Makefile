@@ -2,6 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
+# test processes at once (pytest-xdist): engine starts are mostly one core importing vLLM, so two keep a
+# 2-core machine busy; each test module stays in one process (its engines and fixtures in order)
+TEST_WORKERS ?= 2
 
 .PHONY: setup quickstart test unit lab bench
 setup:
@@ -11,7 +14,7 @@ quickstart: setup
 	$(VENV)/bin/labkit run notebooks/00_quickstart.ipynb $(ARGS)
 
 test: setup
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(ARGS)
 
 unit: setup
 	$(PY) -m pytest tests/unit $(ARGS)

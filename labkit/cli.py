@@ -147,7 +147,7 @@ def number_text(text: str):
 # every numeric option (by its dest): what it must be, in labkit.spec.numbers' rules
 NUMERIC_OPTIONS = {
     "threshold": NON_NEGATIVE, "port": dict(integer=True, minimum=1, maximum=65535),
-    "prompt_len": COUNT, "output_len": COUNT, "clients": COUNT, "requests": COUNT, "trials": COUNT,
+    "jobs": COUNT, "prompt_len": COUNT, "output_len": COUNT, "clients": COUNT, "requests": COUNT, "trials": COUNT,
     "rate": NON_NEGATIVE,
 }
 
@@ -193,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="force a knob onto every arm of every experiment (e.g. enforce_eager=true), or of the "
                        "notebooks a selection names (L3_kernel/profile_hotspots:enforce_eager=true): rerun the "
                        "suite with one deliberate change")
+    suite.add_argument("--jobs", type=number_text, default=1, metavar="N",
+                       help="notebooks at once, each with its share of a CPU's cores (VLLM_CPU_OMP_THREADS_BIND): "
+                       "a faster smoke check whose arms contend with each other; measurements run one at a time "
+                       "(the default)")
     suite.add_argument("--baseline", metavar="DIR", action="append", help="compare with this run instead of the "
                        "pinned baseline (repeat it to add replicate runs of the same configuration)")
     suite.add_argument("--threshold", type=number_text, default=0.05,
@@ -249,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             from labkit.suite import journal, notebooks as suite_mod
             from labkit.suite.runs import suite_meta
             overrides = suite_mod.parse_overrides(args.override)
-            run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides)
+            run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides,
+                                      jobs=args.jobs)
             journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
             _print(f"suite run: {run}")
             return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))

@@ -1,5 +1,6 @@
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +10,18 @@ def _has_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+# the longest chains first, so that two test processes finish together: the notebook suite (one module,
+# ~10 min), then the engine and browser tests, then the unit tests that fill the gaps
+FIRST = ("notebooks", "engine", "browser")
+
+
+def _chain(item) -> int:
+    parts = Path(str(item.fspath)).parts
+    return next((i for i, name in enumerate(FIRST) if name in parts), len(FIRST))
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_chain)  # stable: the order within a module is kept
     skip_engine = pytest.mark.skip(reason="vLLM is not installed here (run `make test`, which installs it)")
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run through the device tool)")
     skip_browser = pytest.mark.skip(reason="needs Debian's chromium and chromium-driver (`make test` installs them "

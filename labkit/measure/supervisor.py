@@ -189,7 +189,8 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None, work
             proc.join(10)
             # the engine's message queues live in shared memory that its teardown would have unlinked: a kernel
             # running arm after arm must not collect them until it exits
-            _unlink_segments(_shared_segments() - shared_before)
+            made = _shared_segments() - shared_before
+            _unlink_segments(made - mapped_elsewhere(made, group=proc.pid))
         if proc.is_alive():  # timeout or the user interrupted: take the engine's processes down too
             _kill_group(proc.pid)
             proc.join(10)
@@ -302,9 +303,25 @@ def _owner(path: Path) -> int | None:
         return None
 
 
+def mapped_elsewhere(names: set[str], group: int) -> set[str]:
+    """Those of `names` that a live process outside the process group `group` (an arm's worker and engine)
+    has mapped: another engine's message queues, made while this arm ran (a notebook running beside this
+    one, a `vllm serve` of the user's), which are not the ended engine's to unlink."""
+    held = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            if os.getpgid(int(maps.parent.name)) == group:
+                continue
+            text = maps.read_text()
+        except (OSError, ValueError):  # gone meanwhile, or another user's
+            continue
+        held |= {name for name in names if f"{SHARED_MEMORY}/{name}" in text}
+    return held
+
+
 def _unlink_segments(names: set[str]) -> None:
-    """Unlink segments made while an arm ran (arms run one at a time, so they were its engine's) and tell the
-    resource tracker, which would otherwise warn of leaks when the kernel exits."""
+    """Unlink the segments an ended engine left and tell the resource tracker, which would otherwise warn
+    of leaks when the kernel exits."""
     from multiprocessing import resource_tracker
 
     for name in names:

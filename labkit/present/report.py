@@ -57,6 +57,11 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
         parts.append(f"<p class='regression'><b>Launch overrides forced onto the arms (a SELECTION: prefix "
                      f"limits one to those notebooks):</b> "
                      f"{html.escape(json.dumps(redact(overrides)))}</p>")  # redacted before escaping hides its quotes
+    jobs = suite_meta(run).get("jobs", 1) if (run / "suite.json").exists() else 1
+    if jobs > 1:
+        parts.append(f"<p class='regression'><b>{jobs} notebooks ran at once</b>, each on its share of the cores: "
+                     "their arms contended for the host, so this run checks wiring and is no measurement to "
+                     "judge against a run made one notebook at a time.</p>")
     parts.append("<h2>Verdicts against the baseline</h2>")
     if comparison is not None and (bases := comparison.attrs.get("baselines")):
         bases = ["/".join(Path(b).parts[-2:]) for b in bases]  # <hardware>/<run>: the same on every checkout

@@ -9,11 +9,17 @@ Launch overrides (`--override enforce_eager=true`) force knobs onto every arm of
 to rerun the suite with one deliberate change and see what it does to each experiment. An override scoped
 to a selection (`--override L3_kernel/profile_hotspots:enforce_eager=true`) changes only those notebooks,
 and the others are the comparison's controls: they should show no detectable change.
+
+`--jobs N` runs N notebooks at once on a CPU, each bound to its own share of the cores: a smoke check of
+the wiring in about half the time on two cores, whose arms contend with each other (the report says so);
+measurements run one notebook at a time, the default.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
+import os
 import time
 from pathlib import Path
 
@@ -26,6 +32,8 @@ from labkit.store import read_record
 from labkit.redact import REDACTED, redact, redact_text, secret_values
 
 NOTEBOOKS = settings.NOTEBOOKS
+BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's own: the cores a CPU engine's threads run on
+READERS = ("explore.ipynb",)  # notebooks that read the stores the others write, and measure nothing
 
 def utc_stamp() -> str:
     """The one clock of run folders: UTC, so runs made on machines in other time zones sort together."""
@@ -108,14 +116,15 @@ def check_overrides(overrides: dict, notebooks: list[Path]) -> None:
 
 
 def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,
-              progress: bool = True, overrides: dict | None = None) -> Path:
-    """Execute the notebooks one by one; a failure is recorded and the suite goes on. Returns the run folder."""
-    import papermill
+              progress: bool = True, overrides: dict | None = None, jobs: int = 1) -> Path:
+    """Execute the notebooks, one at a time or `jobs` at once (a CPU's cores split between them, see
+    core_groups); a failure is recorded and the suite goes on. Returns the run folder."""
     from tqdm.auto import tqdm
 
     from labkit.measure.environment import fingerprint, hardware_key
 
     hardware = hardware_key()
+    cores = core_groups(jobs, hardware)  # before anything runs, as every other refusal
     if run_dir:
         run = Path(run_dir)
         if not (run / "suite.json").exists():
@@ -140,32 +149,140 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         run = new_folder(settings.current().runs_dir, f"{stamp}-{hardware}")  # two suites in one second: two runs
         write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
                                                "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
-                                               "overrides": overrides, "environment": fingerprint()})
+                                               "overrides": overrides, "jobs": jobs, "environment": fingerprint()})
     suite_settings = settings.current().replace(results_dir=run / "results")  # the run's own store
-    bar = tqdm(notebooks, desc="suite", unit="notebook", disable=not progress)
-    for nb in bar:
-        status_file = run / f"{_slug(nb)}.status.json"
-        if status_file.exists() and _status(status_file) == "ok":  # a damaged record runs the notebook again
-            continue
-        bar.set_postfix_str(nb.name)
-        started, error = time.monotonic(), None
-        secrets = secret_values(overrides)  # a kernel's output may echo an override's secret without its name
-        try:  # the kernel starts with this notebook's settings in its environment
-            with settings.exported(suite_settings.replace(launch_overrides=overrides_for(overrides, nb))):
-                papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"),
-                                           parameters=parameters_for(profile, nb), cwd=str(nb.parent),
-                                           kernel_name="python3", progress_bar=False)
-        except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
-            error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
-            bar.write(redact_text(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}", secrets))
-        executed = run / f"{_slug(nb)}.ipynb"
-        if executed.exists():  # tracebacks and logs in its outputs name this machine's paths
-            make_portable(executed, secrets=secrets)
-            without_widget_state(executed)
-        write_json_atomic(status_file, {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
-                                        "error": error and portable(error), "seconds": time.monotonic() - started},
-                          secrets=secrets)
+    done = [nb for nb in notebooks if _status(run / f"{_slug(nb)}.status.json") == "ok"]  # a damaged one runs again
+    secrets = secret_values(overrides)  # a kernel's output may echo an override's secret without its name
+    work = [(nb, parameters_for(profile, nb), overrides_for(overrides, nb)) for nb in notebooks if nb not in done]
+    bar = tqdm(total=len(notebooks), initial=len(done), desc="suite", unit="notebook", disable=not progress)
+    if cores == [None]:
+        for nb, parameters, knobs in work:
+            bar.set_postfix_str(nb.name)
+            _report(bar, nb, run_notebook(nb, run, parameters, knobs, secrets, suite_settings), secrets)
+    else:
+        _run_at_once(work, run, secrets, suite_settings, cores, bar)
+    bar.close()
     return run
+
+
+def run_notebook(nb: Path, run: Path, parameters: dict, knobs: dict, secrets: list[str], suite_settings,
+                 bind: str | None = None) -> str | None:
+    """Execute one notebook into the run folder and write its status record; its error, or None. `bind`
+    (a VLLM_CPU_OMP_THREADS_BIND value) keeps its engines on cores of their own when notebooks run at once."""
+    import papermill
+
+    started, error = time.monotonic(), None
+    try:  # the kernel starts with this notebook's settings (and cores) in its environment
+        with settings.exported(suite_settings.replace(launch_overrides=knobs)), _cores_bound(bind):
+            papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"), parameters=parameters,
+                                       cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
+    except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
+        error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+    executed = run / f"{_slug(nb)}.ipynb"
+    if executed.exists():  # tracebacks and logs in its outputs name this machine's paths
+        make_portable(executed, secrets=secrets)
+        without_widget_state(executed)
+    _write_status(run, nb, error, time.monotonic() - started, bind, secrets)
+    return error
+
+
+def _write_status(run: Path, nb: Path, error: str | None, seconds: float, bind: str | None, secrets) -> None:
+    write_json_atomic(run / f"{_slug(nb)}.status.json",
+                      {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
+                       "error": error and portable(error), "seconds": seconds, "cores": bind}, secrets=secrets)
+
+
+@contextlib.contextmanager
+def _cores_bound(bind: str | None):
+    """VLLM_CPU_OMP_THREADS_BIND=bind for the kernel started inside (nothing when None), then as it was."""
+    if bind is None:
+        yield
+        return
+    saved = os.environ.get(BIND)
+    os.environ[BIND] = bind
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(BIND, None)
+        else:
+            os.environ[BIND] = saved
+
+
+def _report(bar, nb: Path, error: str | None, secrets: list[str]) -> None:
+    bar.update()
+    if error:
+        bar.write(redact_text(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}", secrets))
+
+
+def _run_at_once(work: list, run: Path, secrets: list[str], suite_settings, cores: list[str], bar) -> None:
+    """Each notebook in a spawned process of its own, as many at once as there are core groups, each on a
+    free group; a process that dies without its status record is recorded as the notebook's failure."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    spawn, free, running, pending = multiprocessing.get_context("spawn"), list(cores), {}, list(work)
+    order = [item[0] for item in work]
+    try:
+        while pending or running:
+            unfinished = {item[0] for item in pending} | {entry[1] for entry in running.values()}
+            while free and (ready := next((item for item in pending if may_start(item[0], order, unfinished)), None)):
+                pending.remove(ready)
+                (nb, parameters, knobs), bind = ready, free.pop(0)
+                proc = spawn.Process(target=run_notebook, name=f"labkit-suite-{_slug(nb)}",
+                                     args=(nb, run, parameters, knobs, secrets, suite_settings, bind))
+                proc.start()
+                running[proc.sentinel] = (proc, nb, bind, time.monotonic())
+                bar.set_postfix_str(", ".join(item[1].name for item in running.values()))
+            for sentinel in wait(list(running)):
+                proc, nb, bind, started = running.pop(sentinel)
+                proc.join()
+                free.append(bind)
+                if proc.exitcode != 0:  # killed, or out of memory: its status (if any) did not see the end
+                    _write_status(run, nb, f"the notebook's process ended with exit code {proc.exitcode}",
+                                  time.monotonic() - started, bind, secrets)
+                _report(bar, nb, read_record(run / f"{_slug(nb)}.status.json", "status").get("error"), secrets)
+    finally:  # an interrupted suite ends the notebooks it started (their kernels end their arms)
+        for proc, *_ in running.values():
+            proc.terminate()
+            proc.join(30)
+
+
+def may_start(nb: Path, order: list[Path], unfinished: set[Path]) -> bool:
+    """Whether a notebook may start beside others: a reader of the others' stores (explore) waits for every
+    notebook before it in the run's order, so it sees what it would have seen one at a time."""
+    return nb.name not in READERS or not unfinished & set(order[:order.index(nb)])
+
+
+def core_groups(jobs: int, hardware: str, bind: str | None = None, usable: list[int] | None = None) -> list:
+    """The VLLM_CPU_OMP_THREADS_BIND value of each of `jobs` notebooks at once: [None] for one at a time,
+    else the cores this process may use, split into that many contiguous groups. Refused on a GPU machine
+    (each notebook measures its whole GPU), with more jobs than cores, or beside a binding already set."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise BadParameter(f"jobs is how many notebooks run at once, a whole number from 1; got {jobs!r}")
+    if jobs == 1:
+        return [None]
+    usable = sorted(os.sched_getaffinity(0)) if usable is None else usable
+    bind = os.environ.get(BIND) if bind is None else bind
+    problems = []
+    if not hardware.startswith("cpu-"):
+        problems.append(f"this is a GPU machine ({hardware}): its notebooks run one at a time, each measuring the "
+                        "whole GPU, so leave --jobs at 1")
+    if jobs > len(usable):
+        problems.append(f"{jobs} notebooks at once need {jobs} cores and this process may use {len(usable)}: "
+                        f"use --jobs {len(usable)} or fewer")
+    if bind not in (None, "", "auto"):
+        problems.append(f"{BIND}={bind!r} is set: --jobs binds each notebook's engines to cores of its own "
+                        f"through it, so unset it or leave --jobs at 1")
+    if problems:
+        raise BadParameter("; ".join(problems))
+    size, extra = divmod(len(usable), jobs)
+    groups, start = [], 0
+    for job in range(jobs):
+        end = start + size + (job < extra)
+        groups.append(",".join(str(core) for core in usable[start:end]))
+        start = end
+    return groups
 
 
 def _status(path: Path) -> str:

@@ -62,10 +62,13 @@ def gpu_figures(run: str | Path) -> dict:
     return gpu_state.run_summary(pd.concat(trials)) if trials else {}
 
 
+NOTEBOOKS_AT_ONCE = "notebooks at once (--jobs)"
+
+
 def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
     """What changed around the engine: versions, GPU, driver, VLLM_*/NCCL_* variables, launch overrides,
-    other work on the host when it differs by half a core or more, and the GPUs' mean SM clock during the
-    trials when it differs by more than 5 % or either run had trials slowed by heat or the hardware."""
+    how many notebooks ran at once, other work on the host when it differs by half a core or more, and the
+    GPUs' mean SM clock during the trials when it differs by more than 5 % or either run had trials slowed by heat or the hardware."""
     def flat(meta: dict) -> dict:
         env = meta["environment"]
         out = {k: env.get(k) for k in ("gpus", "driver", "cuda_driver_api", "cpu_model", "cpu_signature", "cpu_count",
@@ -73,6 +76,7 @@ def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
         out.update({f"package {k}": v for k, v in env.get("packages", {}).items()})
         out.update({f"variable {k}": v for k, v in env.get("tuning_variables", {}).items()})
         out.update({f"launch override {k}": v for k, v in meta.get("overrides", {}).items()})
+        out[NOTEBOOKS_AT_ONCE] = meta.get("jobs", 1)  # jobs > 1: arms of two notebooks contended for the host
         return {k: json.dumps(v) if isinstance(v, list) else v for k, v in out.items()}
     a, b = flat(suite_meta(baseline)), flat(suite_meta(run))
     loads = other_cores(baseline), other_cores(run)

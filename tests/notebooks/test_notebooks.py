@@ -16,6 +16,7 @@ NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").rglob("*.ipynb") if ".ipynb_c
 IDS = [str(p.relative_to(ROOT / "notebooks")) for p in NOTEBOOKS]
 
 pytestmark = pytest.mark.notebook
+JOBS = min(2, len(os.sched_getaffinity(0)))
 
 
 def labkit(*args, env):
@@ -28,7 +29,8 @@ def suite_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("suite")
     env = {**os.environ, "LABKIT_RUNS_DIR": str(tmp / "runs"), "LABKIT_JOURNAL": str(tmp / "journal.jsonl"),
            "LABKIT_BASELINES_DIR": str(tmp / "baselines")}
-    done = labkit("suite", "--profile", "cpu-smoke", env=env)
+    # two notebooks at once, each on a core of its own: a wiring check, not a measurement
+    done = labkit("suite", "--profile", "cpu-smoke", "--jobs", str(JOBS), env=env)
     runs = list((tmp / "runs").iterdir())
     assert len(runs) == 1, done.stdout[-3000:] + done.stderr[-3000:]
     return runs[0], done, env
@@ -37,9 +39,10 @@ def suite_run(tmp_path_factory):
 def test_suite_runs_every_notebook_and_exits_clean(suite_run):
     run, done, _ = suite_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    statuses = {json.loads(p.read_text())["notebook"]: json.loads(p.read_text())["status"]
-                for p in run.glob("*.status.json")}
-    assert statuses == {nb: "ok" for nb in IDS}
+    records = [json.loads(p.read_text()) for p in run.glob("*.status.json")]
+    assert {r["notebook"]: r["status"] for r in records} == {nb: "ok" for nb in IDS}
+    if JOBS > 1:  # every notebook ran bound to one of the core groups, and each group was used
+        assert len({r["cores"] for r in records}) == JOBS and None not in {r["cores"] for r in records}
     assert "no pinned baseline" in done.stdout and (run / "report.html").exists()
 
 
@@ -63,16 +66,30 @@ def test_a_suite_run_names_no_host_and_no_path_of_this_machine(suite_run):
     assert not found, sorted(found)
 
 
-@pytest.mark.parametrize("notebook", IDS)
-def test_executed_notebook_passes_nbval(suite_run, notebook):
+@pytest.fixture(scope="module")
+def nbval_runs(suite_run):
+    """nbval on every executed copy, JOBS at a time (each a kernel of its own reading the run's store)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     run, _, env = suite_run
-    executed = run / notebook.replace("/", "__")
-    nb = nbformat.read(executed, as_version=4)
+
+    def nbval(notebook):
+        executed = run / notebook.replace("/", "__")
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                               str(executed)], cwd=executed.parent, capture_output=True, text=True,
+                              env={**env, "LABKIT_RESULTS_DIR": str(run / "results")})
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        return dict(zip(IDS, pool.map(nbval, IDS)))
+
+
+@pytest.mark.parametrize("notebook", IDS)
+def test_executed_notebook_passes_nbval(suite_run, nbval_runs, notebook):
+    run, _, _ = suite_run
+    nb = nbformat.read(run / notebook.replace("/", "__"), as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
-    nbval = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                            str(executed)], cwd=executed.parent, capture_output=True, text=True,
-                           env={**env, "LABKIT_RESULTS_DIR": str(run / "results")})
+    nbval = nbval_runs[notebook]
     assert nbval.returncode == 0, nbval.stdout[-4000:] + nbval.stderr[-2000:]
 
 

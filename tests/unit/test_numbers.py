@@ -257,6 +257,7 @@ CLI_OPTIONS = {
     ("diagnose", "--clients"): ("count", "2"), ("diagnose", "--requests"): ("count", "8"),
     ("diagnose", "--rate"): ("nonneg", "2.5"), ("diagnose", "--trials"): ("count", "2"),
     ("suite", "--threshold"): ("nonneg", "0.1"), ("compare", "--threshold"): ("nonneg", "0.1"),
+    ("suite", "--jobs"): ("count", "1"),
     ("lab", "--port"): ("port", "8899"),
 }
 CLI_REFUSED = {"count": ["nan", "inf", "-inf", "True", "-1", "0", "2.5"],

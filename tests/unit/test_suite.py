@@ -107,3 +107,35 @@ def test_a_resumed_run_keeps_its_overrides(tmp_path):
                                                      "overrides": {}}))
     with pytest.raises(BadParameter, match="a resumed run keeps"):
         suite.run_suite(run_dir=tmp_path, progress=False, overrides={"enforce_eager": True})
+
+
+def test_notebooks_at_once_split_the_cores_into_groups_of_their_own():
+    assert suite.core_groups(1, "h200") == [None]  # one at a time: vLLM binds as it would for anyone
+    assert suite.core_groups(2, "cpu-x", bind="auto", usable=[0, 1]) == ["0", "1"]
+    assert suite.core_groups(3, "cpu-x", bind=None, usable=list(range(8))) == ["0,1,2", "3,4,5", "6,7"]
+    assert suite.core_groups(2, "cpu-x", bind="", usable=[2, 5, 6]) == ["2,5", "6"]  # the cores this process may use
+
+
+def test_bad_jobs_are_refused_with_every_problem_named():
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(BadParameter, match="whole number from 1"):
+            suite.core_groups(bad, "cpu-x")
+    with pytest.raises(BadParameter) as refused:
+        suite.core_groups(4, "h200", bind="0-3", usable=[0, 1])
+    assert all(words in str(refused.value) for words in ("GPU machine", "--jobs 2 or fewer", "unset it"))
+
+
+def test_too_many_jobs_fail_before_any_run_folder_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_RUNS_DIR", str(tmp_path))
+    with pytest.raises(BadParameter, match="cores"):
+        suite.run_suite(["00_quickstart"], "cpu-smoke", progress=False, jobs=len(os.sched_getaffinity(0)) + 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_explorer_waits_for_the_notebooks_before_it_when_notebooks_run_at_once():
+    quickstart, diagnose, explore, cache = suite.discover(["00_quickstart", "01_diagnose", "explore",
+                                                           "L1_business/prefix_cache"])
+    order = [quickstart, diagnose, explore, cache]
+    assert suite.may_start(cache, order, {quickstart, cache})  # measuring notebooks start as cores free up
+    assert not suite.may_start(explore, order, {quickstart, explore})  # the store it reads is being written
+    assert suite.may_start(explore, order, {explore, cache})  # those after it do not hold it back

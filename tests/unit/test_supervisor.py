@@ -1,4 +1,5 @@
 """The parent's side of an arm: failure causes from the worker's log and exit, notes for a busy GPU (no engine)."""
+import os
 import signal
 
 import pytest
@@ -153,11 +154,36 @@ def test_shared_memory_an_ended_engine_left_is_unlinked_and_untracked():
 
     before = _shared_segments()
     segment = shared_memory.SharedMemory(create=True, size=4096)
-    made = _shared_segments() - before
-    assert made == {segment.name}
+    assert segment.name in _shared_segments() - before
     segment.close()
-    _unlink_segments(made)
+    _unlink_segments({segment.name})
     assert segment.name not in _shared_segments()
+
+
+def test_shared_memory_another_live_process_holds_is_not_the_ended_engines():
+    """Two notebooks at once: segments made while an arm ran may be the other one's engine's, still in use."""
+    import subprocess
+    import sys
+
+    from labkit.measure.supervisor import _shared_segments, mapped_elsewhere
+
+    before = _shared_segments()
+    holder = subprocess.Popen([sys.executable, "-c", "from multiprocessing import shared_memory; import sys; "
+                               "s = shared_memory.SharedMemory(create=True, size=4096); print(s.name, flush=True); "
+                               "sys.stdin.read(); s.close(); s.unlink()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        other = holder.stdout.readline().strip()
+        from multiprocessing import shared_memory
+        ours = shared_memory.SharedMemory(create=True, size=4096)
+        ours.close()  # as an ended engine leaves it: named, mapped by no one
+        made = {other, ours.name}
+        assert made <= _shared_segments() - before  # other tests' engines may make theirs meanwhile
+        assert mapped_elsewhere(made, group=os.getpgid(0)) == {other}
+        assert mapped_elsewhere(made, group=holder.pid) == set()  # the holder's own group: its engine, ended
+        ours.unlink()
+    finally:
+        holder.communicate("", timeout=30)
 
 
 def test_a_worker_never_released_stops_waiting_at_its_limit(tmp_path):
