@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.files import write_json_atomic, write_table
-from labkit.measure.environment import tuning_variables
+from labkit.measure.environment import cache_variables, tuning_variables
 from labkit.redact import redacted_repr
 
 
@@ -50,10 +50,11 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
     os.environ.update(job.get("arm_variables") or {})
     job["user_variables"] = tuning_variables()
-    if job.get("compile_cache") and "VLLM_CACHE_ROOT" not in os.environ:  # set after reading: the lab's, not the user's
-        os.environ["VLLM_CACHE_ROOT"] = job["compile_cache"]
-    else:
-        job["compile_cache"] = None
+    if job.get("compile_cache"):  # set after reading: the lab's, not the user's
+        caches = cache_variables(job["compile_cache"])
+        os.environ.update(caches)
+        if "VLLM_CACHE_ROOT" not in caches:  # the user's own cache: the lab neither keeps nor judges it
+            job["compile_cache"] = None
     out = Path(workdir)
     log = open(out / "engine.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors

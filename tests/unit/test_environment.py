@@ -5,8 +5,8 @@ import pandas as pd
 
 import pytest
 
-from labkit.measure.environment import (REDACTED, cpu_signature, fingerprint, hardware_key, keep_multicast_off,
-                                     tuning_variables)
+from labkit.measure.environment import (REDACTED, cache_variables, cpu_signature, fingerprint, hardware_key,
+                                     keep_multicast_off, tuning_variables)
 
 
 def test_secret_looking_values_are_never_recorded():
@@ -106,3 +106,12 @@ def test_an_experiment_and_a_diagnosis_refuse_a_shell_with_multicast_on_before_a
     with pytest.raises(BadParameter, match="TORCH_SYMM_MEM_DISABLE_MULTICAST='0'"):
         diagnose_module.diagnose("vllm serve tiny-llama", workload, environ={"TORCH_SYMM_MEM_DISABLE_MULTICAST": "0"},
                                  results_dir=tmp_path, progress=False)
+
+
+def test_every_jit_cache_of_an_arm_goes_beneath_its_compile_cache_unless_the_user_chose(tmp_path):
+    root = tmp_path / "h200-vllm0.26.0"
+    caches = cache_variables(root, environ={})
+    assert caches == {"VLLM_CACHE_ROOT": str(root), "FLASHINFER_WORKSPACE_BASE": str(root / "flashinfer"),
+                      "TRITON_CACHE_DIR": str(root / "triton")}
+    mine = cache_variables(root, environ={"TRITON_CACHE_DIR": "/mine", "VLLM_CACHE_ROOT": "/also-mine"})
+    assert mine == {"FLASHINFER_WORKSPACE_BASE": str(root / "flashinfer")}
