@@ -2,9 +2,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
-# test processes at once (pytest-xdist): engine starts are mostly one core importing vLLM, so two keep a
-# 2-core machine busy; each test module stays in one process (its engines and fixtures in order)
-TEST_WORKERS ?= 2
+# test processes at once (pytest-xdist; each test module stays in one process, its engines and fixtures in
+# order). One: the notebook suite runs two notebooks at once, each engine bound to a core of its own; with
+# a second test process beside it (three engines on two cores) CI stalled past its 90-minute limit
+TEST_WORKERS ?= 1
 
 .PHONY: setup quickstart test unit lab bench
 setup:

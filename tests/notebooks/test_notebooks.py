@@ -19,9 +19,30 @@ pytestmark = pytest.mark.notebook
 JOBS = min(2, len(os.sched_getaffinity(0)))
 
 
+SUITE_LIMIT_S, NBVAL_LIMIT_S = 2400, 600  # ~10 min and ~10 s here: a stalled run fails, named, in bounded time
+
+
+def bounded(command, limit_s, **kwargs):
+    """subprocess.run with a limit that ends the whole tree (the suite's notebook processes, their kernels and
+    engines), so a stalled run fails here with its output instead of holding the test session."""
+    import psutil
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        for child in [*psutil.Process(proc.pid).children(recursive=True), proc]:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        out, err = proc.communicate()
+        err += f"\n[ended after {limit_s} s: still running]"
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
 def labkit(*args, env):
-    return subprocess.run([sys.executable, "-m", "labkit.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT)
+    return bounded([sys.executable, "-m", "labkit.cli", *args], SUITE_LIMIT_S, env=env, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -66,30 +87,16 @@ def test_a_suite_run_names_no_host_and_no_path_of_this_machine(suite_run):
     assert not found, sorted(found)
 
 
-@pytest.fixture(scope="module")
-def nbval_runs(suite_run):
-    """nbval on every executed copy, JOBS at a time (each a kernel of its own reading the run's store)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    run, _, env = suite_run
-
-    def nbval(notebook):
-        executed = run / notebook.replace("/", "__")
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-                               str(executed)], cwd=executed.parent, capture_output=True, text=True,
-                              env={**env, "LABKIT_RESULTS_DIR": str(run / "results")})
-
-    with ThreadPoolExecutor(JOBS) as pool:
-        return dict(zip(IDS, pool.map(nbval, IDS)))
-
-
 @pytest.mark.parametrize("notebook", IDS)
-def test_executed_notebook_passes_nbval(suite_run, nbval_runs, notebook):
-    run, _, _ = suite_run
-    nb = nbformat.read(run / notebook.replace("/", "__"), as_version=4)
+def test_executed_notebook_passes_nbval(suite_run, notebook):
+    run, _, env = suite_run
+    executed = run / notebook.replace("/", "__")
+    nb = nbformat.read(executed, as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
-    nbval = nbval_runs[notebook]
+    # one at a time: each re-run is a kernel reading the run's store (the store resumes: nothing measured twice)
+    nbval = bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", str(executed)],
+                    NBVAL_LIMIT_S, cwd=executed.parent, env={**env, "LABKIT_RESULTS_DIR": str(run / "results")})
     assert nbval.returncode == 0, nbval.stdout[-4000:] + nbval.stderr[-2000:]
 
 
