@@ -14,6 +14,7 @@ import pandas as pd
 from labkit.errors import BadParameter
 from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
 from labkit.analyze import gpu_state, noise
+from labkit.analyze.quantile_bootstrap import windowed_replicates
 from labkit.spec.lists import as_list
 
 N_BOOT = 1000
@@ -126,6 +127,10 @@ def replicates(data: list[np.ndarray], m: Metric, n_boot: int = N_BOOT, seed: in
         return values[idx].mean(axis=1)
     if max(len(g) for g in data) * len(data) <= VECTORISED_UP_TO:
         return _replicates_in_blocks(data, m, n_boot, rng)
+    if m.percentile is not None:  # many values: draw only those near the percentile, where the window is narrow
+        windowed = windowed_replicates(data, m.percentile, n_boot, rng)
+        if windowed is not None:
+            return windowed
     out = np.empty(n_boot)
     for b in range(n_boot):
         chosen = [data[i] for i in rng.integers(0, len(data), len(data))] if len(data) > 1 else data

@@ -264,3 +264,30 @@ def test_small_samples_resampled_in_blocks_give_the_intervals_of_one_draw_per_re
     loop = stats.replicates(data, m, n_boot=4000)
     assert abs(blocks.mean() - loop.mean()) <= 0.02 * loop.mean(), (blocks.mean(), loop.mean())
     assert abs(blocks.std() - loop.std()) <= 0.1 * loop.std(), (blocks.std(), loop.std())
+
+
+@pytest.mark.parametrize("margin_sd", [8.0, 0.0])  # 0: most replicates fall outside the window, drawn in full
+def test_many_values_drawn_near_the_percentile_give_the_intervals_of_drawing_them_all(margin_sd, monkeypatch):
+    """The windowed bootstrap of a tail percentile of many values (labkit.analyze.quantile_bootstrap) has the
+    replicate distribution of the plain two-level draw, also where its window misses and the rest is drawn."""
+    from labkit.analyze import quantile_bootstrap
+    rng = np.random.default_rng(11)
+    data = [rng.lognormal(size=3000) * (1 + 0.03 * i) for i in range(4)]
+    m = stats.METRICS["tbt_p99_ms"]
+    monkeypatch.setattr(quantile_bootstrap, "MARGIN_SD", margin_sd)
+    windowed = quantile_bootstrap.windowed_replicates(data, m.percentile, 3000, np.random.default_rng(1))
+    assert windowed is not None
+    monkeypatch.setattr(stats, "windowed_replicates", lambda *args: None)  # every value drawn
+    plain = stats.replicates(data, m, n_boot=3000, seed=1)
+    assert abs(windowed.mean() - plain.mean()) <= 0.01 * plain.mean(), (windowed.mean(), plain.mean())
+    assert abs(windowed.std() - plain.std()) <= 0.1 * plain.std(), (windowed.std(), plain.std())
+    for q in (0.025, 0.5, 0.975):
+        assert abs(np.quantile(windowed, q) - np.quantile(plain, q)) <= 0.02 * plain.mean(), q
+
+
+def test_a_percentile_of_trials_too_far_apart_for_a_narrow_window_draws_every_value():
+    from labkit.analyze import quantile_bootstrap
+    rng = np.random.default_rng(5)
+    data = [rng.lognormal(size=2000), rng.lognormal(size=2000) * 3]  # the trials' P50s lie far apart
+    assert quantile_bootstrap.windowed_replicates(data, 50.0, 100, rng) is None
+    assert np.isfinite(stats.replicates(data, stats.METRICS["tbt_p50_ms"], n_boot=100)).all()
