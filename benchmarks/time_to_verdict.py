@@ -1,7 +1,8 @@
 """Time to a verdict: how long the lab makes its user wait, and where the time goes.
 
     python benchmarks/time_to_verdict.py arms [--arms 2] [--compile] [--trials N|auto] [--out result.json]
-    python benchmarks/time_to_verdict.py notebook NOTEBOOK [--profile cpu-smoke] [--out result.json]
+    python benchmarks/time_to_verdict.py notebook NOTEBOOK [--profile cpu-smoke] [-p NAME VALUE] [--limit S]
+                                                  [--workdir DIR] [--out result.json]
     python benchmarks/time_to_verdict.py saved RESULTS_DIR [--fixed 3] [--out result.json]
 
 `arms` runs a small experiment of the tiny synthetic model (eager unless --compile) in a fresh results folder
@@ -59,17 +60,33 @@ def arms(args) -> dict:
 
 
 def notebook(args) -> dict:
-    out = Path(tempfile.mkdtemp(prefix="ttv-nb-"))
+    out = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ttv-nb-"))
+    out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "LABKIT_RESULTS_DIR": str(out / "results")}
+    command = [sys.executable, "-m", "labkit.cli", "run", args.notebook, "--profile", args.profile, "-o", str(out)]
+    for name, value in args.parameter or []:
+        command += ["-p", name, value]
     load_before = host_load()
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "labkit.cli", "run", args.notebook, "--profile", args.profile,
-                           "-o", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
+    # its own session: at the limit the whole tree goes (papermill, the kernel, the arm's worker and engine)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=args.limit)
+        ended = "finished"
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        for child in psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]:
+            child.kill()
+        output, _ = proc.communicate()
+        ended = f"cut at its limit of {args.limit} s"
     wall = time.monotonic() - started
-    return {"what": "notebook", "notebook": args.notebook, "profile": args.profile, "exit": done.returncode,
+    return {"what": "notebook", "notebook": args.notebook, "profile": args.profile,
+            "parameters": dict(args.parameter or []), "exit": proc.returncode, "ended": ended,
             "wall_s": round(wall, 1), "per_arm": stored_arms(out / "results"), "load_1min_before": load_before,
             "load_1min_after": host_load(), "cpu_count": os.cpu_count(), "output": str(out),
-            "tail": done.stdout[-600:] + done.stderr[-600:]}
+            "tail": output[-1200:]}
 
 
 def stored_arms(results: Path) -> list[dict]:
@@ -80,7 +97,9 @@ def stored_arms(results: Path) -> list[dict]:
         facts = meta.get("facts", {})
         arms.append({"experiment": record.parents[2].name, "arm": record.parent.name,
                      "seconds": round(meta.get("seconds", 0.0), 1), "lifecycle_s": facts.get("lifecycle_s"),
-                     "trials_run": facts.get("trials_run"), "stopped": facts.get("stopped_by_load") or facts.get("stopped")})
+                     "trials_run": facts.get("trials_run"), "stopped": facts.get("stopped_by_load") or facts.get("stopped"),
+                     "compile_cache": facts.get("compile_cache"), "engine_init_s": facts.get("engine_init_s"),
+                     "compile_s": facts.get("compile_s"), "graph_capture_s": facts.get("graph_capture_s")})
     for record in sorted(results.glob("*/failures/*/failure.json")):
         meta = json.loads(record.read_text())
         arms.append({"experiment": record.parents[2].name, "arm": meta.get("arm"), "failed": meta.get("cause"),
@@ -117,6 +136,10 @@ def main() -> None:
     n = sub.add_parser("notebook")
     n.add_argument("notebook")
     n.add_argument("--profile", default="cpu-smoke")
+    n.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a notebook parameter, as labkit run -p takes it")
+    n.add_argument("--limit", type=float, help="end the run after this many seconds and report what it stored")
+    n.add_argument("--workdir", help="the run's folder: executed notebook and results (default: a new temporary one)")
     v = sub.add_parser("saved")
     v.add_argument("results", help="a results folder (experiments under it)")
     v.add_argument("--fixed", type=int, default=3, help="trials per load of the fixed protocol compared with")
