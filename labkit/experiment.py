@@ -27,12 +27,12 @@ from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
-from labkit.spec.knobs import ArmPlan, check_knobs, normalized_knobs, plan_arm
+from labkit.spec.knobs import ArmPlan, check_knobs, knob_problems, normalized_knobs, plan_arm
 from labkit.spec.lists import as_list
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                                 sizes_text)
 from labkit.spec.models import ModelRef, check_model, resolve_model
-from labkit.spec.numbers import POSITIVE, check_numbers
+from labkit.spec.numbers import POSITIVE, check_numbers, raise_problems
 from labkit.spec.protocol import Protocol
 from labkit.spec.workload import Mix, Workload
 from labkit.store import ExperimentStore, Results, check_name, load, spec_hash
@@ -112,17 +112,23 @@ class Experiment:
         if self.protocol.decide_against is not None and self.protocol.decide_against not in self.arms:
             raise BadParameter(f"protocol.decide_against names arm {self.protocol.decide_against!r}, which this "
                                f"experiment does not have; name one of {list(self.arms)} (measured first) or None")
-        check_knobs(self.base, "base")
-        check_knobs(self.overrides, "overrides")
-        for arm, knobs in self.arms.items():
+        for arm in self.arms:
             check_name(arm, "arm")
-            check_knobs({**self.base, **knobs}, f"arm {arm!r}")
+        raise_problems(f"Experiment {self.name!r}", self._knob_problems())
         check_context(self.context, {arm: {**self.base, **knobs, **self.overrides} for arm, knobs in self.arms.items()},
                       self.loads)
         if self.model == "auto":
             self.model = default_model(self.platform)
         check_model(self.model)
         self.store = ExperimentStore(self.name, self.results_dir)
+
+    def _knob_problems(self) -> list[str]:
+        """Every bad knob of the base, the overrides and each arm, named once each: a fix for all in one go."""
+        in_base = knob_problems(self.base)
+        problems = [f"base: {p}" for p in in_base] + [f"overrides: {p}" for p in knob_problems(self.overrides)]
+        for arm, knobs in self.arms.items():
+            problems += [f"arm {arm!r}: {p}" for p in knob_problems({**self.base, **knobs}) if p not in in_base]
+        return problems
 
     # ---- planning (no engine) ------------------------------------------------------------------
     def plans(self) -> dict[str, ArmPlan]:

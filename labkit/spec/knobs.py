@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from labkit.errors import BadParameter, NotApplicable
+from labkit.errors import BadParameter, NotApplicable, close_match
 import math
 import re
 
@@ -271,31 +271,40 @@ def normalized_knobs(knobs):
     return out
 
 
-def check_knobs(knobs: dict, where: str = "arm") -> None:
-    """Reject unknown knobs, bad values and contradictory combinations (no engine needed)."""
+def knob_problems(knobs: dict) -> list[str]:
+    """Every unknown knob (with the closest known one), bad value and contradictory combination, at once."""
     if not isinstance(knobs, dict):
-        raise BadParameter(f"{where}: knobs must be a dict such as {{'max_num_seqs': 32}}, got {knobs!r}")
-    unknown = sorted(set(knobs) - set(KNOBS))
-    if unknown:
-        raise BadParameter(f"{where}: unknown knob(s) {unknown}; known knobs are {sorted(KNOBS)}")
-    raise_problems(where, [f"{name} {problem} ({KNOBS[name].meaning})" for name, value in knobs.items()
-                           if (problem := KNOBS[name].check(value))])
+        return [f"knobs must be a dict such as {{'max_num_seqs': 32}}, got {knobs!r}"]
+    problems = [f"unknown knob {name!r}" + (close_match(name, KNOBS) or f"; known knobs are {sorted(KNOBS)}")
+                for name in knobs if name not in KNOBS]
+    problems += [f"{name} {problem} ({KNOBS[name].meaning})" for name, value in knobs.items()
+                 if name in KNOBS and (problem := KNOBS[name].check(value))]
     if (knobs.get("enforce_eager") or knobs.get("cuda_graphs") is False) and "cudagraph_capture_sizes" in knobs:
-        raise BadParameter(f"{where}: cudagraph_capture_sizes has no effect with CUDA graphs off")
+        problems.append("cudagraph_capture_sizes has no effect with CUDA graphs off")
     if knobs.get("enforce_eager") and knobs.get("cuda_graphs") is True:
-        raise BadParameter(f"{where}: enforce_eager=True already turns CUDA graphs off; "
-                           "drop cuda_graphs=True or enforce_eager=True")
-    if "custom_all_reduce" in knobs and knobs.get("tensor_parallel_size", 1) < 2:
-        raise BadParameter(f"{where}: custom_all_reduce only matters in a tensor-parallel group; set "
-                           "tensor_parallel_size=2 or more, or drop custom_all_reduce")
+        problems.append("enforce_eager=True already turns CUDA graphs off; drop cuda_graphs=True or enforce_eager=True")
+    if "custom_all_reduce" in knobs and _count(knobs.get("tensor_parallel_size", 1)) < 2:
+        problems.append("custom_all_reduce only matters in a tensor-parallel group; set tensor_parallel_size=2 or "
+                        "more, or drop custom_all_reduce")
     if "kv_cache_memory_bytes" in knobs and "gpu_memory_utilization" in knobs:
-        raise BadParameter(f"{where}: set kv_cache_memory_bytes or gpu_memory_utilization, not both "
-                           "(vLLM ignores the second)")
+        problems.append("set kv_cache_memory_bytes or gpu_memory_utilization, not both (vLLM ignores the second)")
     if knobs.get("enable_chunked_prefill") is False and {"max_num_batched_tokens", "max_model_len"} <= set(knobs):
-        if knobs["max_num_batched_tokens"] < knobs["max_model_len"]:
-            raise BadParameter(f"{where}: without chunked prefill max_num_batched_tokens "
-                               f"({knobs['max_num_batched_tokens']}) must be >= max_model_len "
-                               f"({knobs['max_model_len']}), or a long prompt can never be scheduled")
+        batched, longest = _count(knobs["max_num_batched_tokens"]), _count(knobs["max_model_len"])
+        if batched < longest:
+            problems.append(f"without chunked prefill max_num_batched_tokens ({knobs['max_num_batched_tokens']}) "
+                            f"must be >= max_model_len ({knobs['max_model_len']}), or a long prompt can never be "
+                            "scheduled")
+    return problems
+
+
+def _count(value) -> float:
+    """A count knob as a number for a combination check (a bad value is named by its own check already)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+
+
+def check_knobs(knobs: dict, where: str = "arm") -> None:
+    """Reject unknown knobs, bad values and contradictory combinations (no engine needed), all in one error."""
+    raise_problems(where, knob_problems(knobs))
 
 
 def serve_args(knobs: dict) -> tuple[dict, dict]:

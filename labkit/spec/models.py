@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit import settings
-from labkit.errors import BadParameter
+from labkit.errors import BadParameter, close_match
 from labkit.spec.numbers import COUNT, POSITIVE, check_numbers
 
 # Ids below FIRST_TEXT_ID are the special tokens of the generated tokenizer.
@@ -216,7 +216,7 @@ def check_model(name_or_path: str) -> None:
                            f"model folder, a hub id such as 'meta-llama/Llama-3.1-8B' or one of {', '.join(SHAPES)}")
     if name_or_path.count("/") == 1 and all(name_or_path.split("/")):
         return
-    raise BadParameter(f"unknown model {name_or_path!r}: use one of {', '.join(SHAPES)}, "
+    raise BadParameter(f"unknown model {name_or_path!r}{close_match(name_or_path, SHAPES)}: use one of {', '.join(SHAPES)}, "
                        "a local model folder or a hub id such as 'meta-llama/Llama-3.1-8B'")
 
 

@@ -57,9 +57,11 @@ def raise_problems(where: str, problems, most: int | None = None) -> None:
     """Raise one BadParameter naming every problem found (None entries are no problem), or the first `most`
     and how many more (a long list's every bad entry would drown the message); nothing if none."""
     found = [p for p in problems if p]
-    if found:
+    if len(found) == 1:
+        raise BadParameter(f"{where}: {found[0]}")
+    if found:  # one per line: a list of fixes is read down, not across
         shown = found if most is None or len(found) <= most else found[:most] + [f"and {len(found) - most} more"]
-        raise BadParameter(f"{where}: " + "; ".join(shown))
+        raise BadParameter(f"{where}: {len(found)} problems, nothing started:\n" + "\n".join(f"  - {p}" for p in shown))
 
 
 def check_numbers(where: str, checks: dict[str, tuple]) -> None:

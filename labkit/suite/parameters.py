@@ -4,10 +4,11 @@ or a value of the wrong type, before a kernel starts."""
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 from labkit import settings
-from labkit.errors import BadParameter
+from labkit.errors import BadParameter, close_match
 from labkit.spec.numbers import number_problem, wanted
 
 NOTEBOOKS = settings.NOTEBOOKS
@@ -125,7 +126,7 @@ def declared(notebook: str | Path) -> dict[str, dict]:
 NUMBER_OR_AUTO = {"trials"}  # declared as text ("auto"), and a whole number works too: trials="auto" or trials=3
 
 
-def _coerce(value, kind: str, name: str = ""):
+def _coerce(value, kind: str, name: str = "", default: str = ""):
     """The value as the parameter's type, or raise ValueError. Booleans take true/false only (True, "true",
     "false"; not "no" or 1, which papermill would pass on as truthy text or numbers)."""
     if kind == "bool":
@@ -147,6 +148,9 @@ def _coerce(value, kind: str, name: str = ""):
             raise ValueError('"auto" or ' + wanted(integer=True, minimum=1))
         return number
     if kind == "str":
+        if (isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                and re.fullmatch(r"""["'][\d,\s]+["']""", default or "")):
+            return str(value)  # a list of counts such as "8,16" given one count: `-p cliff_clients 8` arrives as 8
         if not isinstance(value, str):
             raise ValueError("text")
         return value
@@ -160,11 +164,11 @@ def check_parameters(notebook: str | Path, given: dict) -> dict:
     problems, checked = [], {}
     for name, value in given.items():
         if name not in params:
-            problems.append(f"{name!r} is not a parameter of this notebook")
+            problems.append(f"{name!r} is not a parameter of this notebook{close_match(name, params)}")
             continue
         kind = params[name]["inferred_type_name"]
         try:
-            checked[name] = _coerce(value, kind, name)
+            checked[name] = _coerce(value, kind, name, params[name]["default"])
         except ValueError as exc:
             problems.append(f"{name} must be {exc}, got {value!r}")
     if problems:

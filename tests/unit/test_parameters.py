@@ -100,3 +100,12 @@ def test_a_smoke_run_starts_eager_engines_and_the_settings_overrides_win():
     with settings.use(forced):
         assert smoke_overrides(True) == {"enforce_eager": False, "max_num_seqs": 8}
         assert smoke_overrides(False) == {"enforce_eager": False, "max_num_seqs": 8}
+
+
+def test_a_list_of_counts_takes_one_count_and_a_mistyped_name_gets_a_close_match():
+    cuda_graphs = parameters.NOTEBOOKS / "L3_kernel" / "cuda_graphs.ipynb"
+    assert parameters.check_parameters(cuda_graphs, {"cliff_clients": 8}) == {"cliff_clients": "8"}  # -p cliff_clients 8
+    with pytest.raises(BadParameter, match="cliff_clients must be text"):
+        parameters.check_parameters(cuda_graphs, {"cliff_clients": True})
+    with pytest.raises(BadParameter, match=r"'clif_clients' is not a parameter of this notebook \(did you mean cliff_clients\?\)"):
+        parameters.check_parameters(cuda_graphs, {"clif_clients": "8"})
