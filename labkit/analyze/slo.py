@@ -101,6 +101,24 @@ def search(evaluate: Callable[[int], Measurement], grid: list[int], slos: dict[s
     return SloResult(answer, grid[last_meeting], starts, binding, measured, note)
 
 
+def from_points(measured: dict[int, Measurement], slos: dict[str, float]) -> SloResult:
+    """The rule of `search` applied to settings already measured (a stored batch triangle, the explorer's slider):
+    the largest setting that meets every SLO with every smaller one, backed off one notch, and the constraint
+    that fails at the next setting. Nothing is measured; every point counts as read from the store."""
+    check_slos(slos)
+    grid = sorted(measured)
+    meeting = -1
+    while meeting + 1 < len(grid) and not violations(measured[grid[meeting + 1]], slos):
+        meeting += 1
+    if meeting < 0:
+        first = ", ".join(violations(measured[grid[0]], slos)) if grid else None
+        return SloResult(None, None, 0, first, dict(measured),
+                         f"{grid[0]} already violates {first}" if grid else "no measured setting", from_store=len(grid))
+    binding = ", ".join(violations(measured[grid[meeting + 1]], slos)) if meeting + 1 < len(grid) else None
+    note = "" if binding else "even the largest measured setting meets the SLOs: extend the grid"
+    return SloResult(grid[max(0, meeting - 1)], grid[meeting], 0, binding, dict(measured), note, from_store=len(grid))
+
+
 def goodput(requests, slos: dict[str, float], duration_s: float) -> float:
     """Requests per second that met every per-request SLO (TTFT, TPOT, E2E, and TBT as the request's own
     P99 gap): throughput that users experienced as good."""

@@ -20,7 +20,7 @@ from labkit.analyze import slo, stats
 from labkit.errors import BadParameter, LabkitError
 from labkit.suite.runs import experiments_under
 from labkit.present import plots
-from labkit.present.tables import cell, coloured
+from labkit.present.tables import cell, coloured, plain
 from labkit.store import Results, load
 
 NONE = "(none)"
@@ -29,7 +29,7 @@ def result_roots() -> dict[str, Path]:
     current = settings.current()
     found = {"this checkout": current.results_dir}
     for folder in sorted(current.baselines_dir.glob("**/results")):
-        found[f"{folder.parent.relative_to(current.baselines_dir)}"] = folder
+        found[root_label(folder.parent.relative_to(current.baselines_dir))] = folder
     return {label: folder for label, folder in found.items() if any(folder.glob("*/experiment.json"))}
 
 
@@ -74,19 +74,37 @@ def triangle_arms(results: Results) -> dict[str, int]:
 
 
 def slo_answer(results: Results, metric_name: str, limit: float, summary: pd.DataFrame | None = None) -> dict:
-    """From stored points: the largest batch whose interval of the metric stays within the limit, its goodput
-    against every arm's, and the constraint that binds; nothing is measured again (`summary`, the metric's
-    stats.summarize, is reused when given: moving the limit then costs no bootstrap)."""
+    """From stored points, with the rule of the notebook's search (labkit.analyze.slo.from_points): the largest
+    batch whose interval of the metric stays within the limit, with every smaller one, backed off one notch;
+    the constraint that binds above it; and every arm's goodput. Nothing is measured again (`summary`, the
+    metric's stats.summarize, is reused when given: moving the limit then costs no bootstrap)."""
     slo.check_slo_limits({metric_name: limit})
     batches = triangle_arms(results)
     summary = (summary if summary is not None else stats.summarize(results, [metric_name])).set_index("arm")
-    within = [b for arm, b in batches.items() if summary.loc[arm, "ci_high"] <= limit]
+    found = slo.from_points({b: {metric_name: tuple(summary.loc[arm, ["value", "ci_low", "ci_high"]])}
+                             for arm, b in batches.items()}, {metric_name: limit})
     goodput = slo.goodput_by_arm(results, {metric_name: limit}).set_index("arm")
-    best = max(within) if within else None
-    return {"answer": best, "binding": metric_name if len(within) < len(batches) else None,
+    return {"answer": found.answer, "largest_meeting": found.largest_meeting, "binding": found.binding_constraint,
             "goodput_request_s": goodput.goodput_request_s.round(2).to_dict(),
-            "sentence": (f"{metric_name} <= {limit:g}: max_num_seqs={best} is the largest setting whose interval "
-                         f"stays within it" if best else f"no measured setting keeps {metric_name} within {limit:g}")}
+            "goodput": goodput_table(goodput, found.answer),
+            "sentence": f"{stats.metric(metric_name).meaning} <= {limit:.3g} ms: " + found.sentence()}
+
+
+def goodput_table(goodput: pd.DataFrame, answer: int | None) -> pd.DataFrame:
+    """Per arm: requests/s and the requests/s that met the SLO (goodput), the recommended arm marked."""
+    table = goodput.reset_index().rename(columns={"request_s": "requests/s", "goodput_request_s": "goodput (requests/s)"})
+    table["share good"] = [f"{g / r:.0%}" if r else "" for g, r in zip(table["goodput (requests/s)"], table["requests/s"])]
+    table["recommended"] = ["yes" if answer is not None and arm == f"max_num_seqs={answer}" else "" for arm in table.arm]
+    return table.round(2)
+
+
+def root_label(relative: Path) -> str:
+    """A results folder under the baselines as its hardware and date: 'h200 · suite run 2026-11-29 22:55 UTC'."""
+    parts = []
+    for part in relative.parts:
+        stamp = re.fullmatch(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})\d*Z(?:-.*)?", part)
+        parts.append(f"run {stamp[1]}-{stamp[2]}-{stamp[3]} {stamp[4]}:{stamp[5]} UTC" if stamp else part)
+    return " · ".join(parts)
 
 
 class Explorer:
@@ -105,7 +123,8 @@ class Explorer:
             raise BadParameter(f"no stored experiment {experiment!r} in {list(self.roots)}; stored there: "
                                f"{sorted({e for f in self.roots.values() for e in experiments_under(f)})}")
         self.table = self.figure = self.answer = self.message = None
-        self._quiet, self._timeline, self._slo_unset = False, False, False
+        self.busy = False  # True while a pick is computed (its "working" line is on screen)
+        self._quiet, self._timeline, self._slo_unset, self._slo_metric = False, False, False, None
         self._shown: dict[tuple, tuple] = {}  # what a selection showed: moving the SLO or window reuses it
         self.root = w.Dropdown(options=list(self.roots), value=holding[0], description="results")
         self.beside = w.Dropdown(options=[NONE, *self.roots], description="beside")
@@ -113,7 +132,8 @@ class Explorer:
         self.arms = w.SelectMultiple(description="arms", rows=6)
         self.load = w.Dropdown(description="load")
         self.metric = w.Dropdown(options=sorted(stats.METRICS), value="tpot_p50_ms", description="metric")
-        self.slo = w.FloatSlider(description="SLO", min=0.0, max=1.0, step=0.1, continuous_update=False)
+        self.slo = w.FloatSlider(description="SLO (ms)", min=0.0, max=1.0, step=0.1, continuous_update=False,
+                                 style={"description_width": "initial"}, layout=w.Layout(width="32em"))
         self.window = w.FloatRangeSlider(description="window (s)", min=0.0, max=1.0, step=0.05,
                                          continuous_update=False)
         self.out = w.Output()
@@ -185,6 +205,10 @@ class Explorer:
         key = (self.root.value, self.beside.value, self.experiment.value, self.load.value, tuple(order),
                self.metric.value)
         if key not in self._shown:
+            # seconds of bootstrap on a large store: the previous pick must not stay on screen meanwhile
+            self._say(f"working: {self.metric.value} of {len(order)} arm(s) of {self.experiment.value}"
+                      f"{f', load {self.load.value}' if self.load.value in results.loads else ''} ...")
+            self.busy = True
             summary = stats.summarize(part, [self.metric.value])
             table = values_table(part, self.metric.value, reference).assign(results=self.root.value)
             if self.beside.value != NONE and self.experiment.value in experiments_under(self.roots[self.beside.value]):
@@ -203,18 +227,23 @@ class Explorer:
                       else plots.arm_comparison(part, [self.metric.value], summary))
             plt.close(figure)  # shown through the Output widget, not by the inline backend a second time
             self._shown[key] = (table.reset_index(drop=True), summary, figure)
+            self.busy = False
         self.table, summary, self.figure = self._shown[key]
         if self._timeline:
             self.figure.axes[0].set_xlim(*self.window.value)
-        if triangle_arms(part):
-            if self._slo_unset:  # the slider spans the measured range of the SLO's metric
-                self._quiet, self._slo_unset = True, False
+        latency = stats.metric(self.metric.value).lower_is_better and self.metric.value.endswith("_ms")
+        if triangle_arms(part) and latency:  # an SLO is an upper limit on a latency
+            if self._slo_unset or self._slo_metric != self.metric.value:  # the slider spans the metric's range
+                self._quiet, self._slo_unset, self._slo_metric = True, False, self.metric.value
+                self.slo.description = f"SLO: {stats.metric(self.metric.value).meaning} <= (ms)"
                 self.slo.max = float(2 * summary.ci_high.max())
                 self.slo.step = self.slo.max / 200
                 self.slo.value = float(summary.value.median())
                 self._quiet = False
+            self.slo.layout.display = None
             self.answer = slo_answer(part, self.metric.value, self.slo.value, summary)
         else:
+            self.slo.layout.display = "none"
             self.answer = None
         self._show()
 
@@ -237,6 +266,8 @@ class Explorer:
             if self.answer:
                 print(self.answer["sentence"])
             display(styled(self.table))
+            if self.answer:
+                display(plain(self.answer["goodput"]))
             display(self.figure)
 
 

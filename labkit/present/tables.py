@@ -2,14 +2,49 @@
 sorted as text: "max_num_seqs=32" does not come before "max_num_seqs=4")."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from labkit.analyze import noise, stats
 
 
+def decimals(value: float, low: float = float("nan"), high: float = float("nan")) -> int:
+    """The decimals an interval supports: the half-width's first significant digit is the last one shown (no
+    interval, or one of zero width: four significant digits of the value)."""
+    half = (high - low) / 2 if math.isfinite(high - low) else 0.0
+    if half > 0:
+        return min(6, max(0, -math.floor(math.log10(half))))
+    if not math.isfinite(value) or value == 0:
+        return 0
+    return min(6, max(0, 3 - math.floor(math.log10(abs(value)))))
+
+
 def cell(value: float, low: float, high: float) -> str:
-    """'value [low, high]', four significant digits each."""
-    return f"{value:.4g} [{low:.4g}, {high:.4g}]"
+    """'value [low, high]', rounded to what the interval supports, never in scientific notation."""
+    if not math.isfinite(value):
+        return "n/a"
+    places = decimals(value, low, high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{value:.{places}f}"
+    return f"{value:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
+
+
+class Table:
+    """A table for people: coloured HTML in a notebook, the same rows as plain text everywhere else (a stored
+    notebook's text/plain, a terminal, a log), never a Styler's object repr. `.data` is the DataFrame."""
+
+    def __init__(self, data: pd.DataFrame, styler):
+        self.data, self.styler = data, styler
+
+    def _repr_html_(self) -> str:
+        return self.styler.to_html()
+
+    def to_html(self) -> str:
+        return self.styler.to_html()
+
+    def __repr__(self) -> str:
+        return self.data.to_string(index=False)
 
 
 def with_intervals(summary: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
@@ -45,9 +80,14 @@ ADVICE_COLOURS = {stats.BETTER: "background-color: #c8e6c9", stats.WORSE: "backg
                   "choose by your SLO": "background-color: #fff9c4", noise.ADVICE: "background-color: #ffe0b2"}
 
 
-def coloured(table: pd.DataFrame, column: str):
-    """The table with `column` coloured by verdict or advice (pandas Styler), without the index."""
-    return table.style.map(lambda v: ADVICE_COLOURS.get(v, ""), subset=[column]).hide(axis="index")
+def coloured(table: pd.DataFrame, column: str) -> Table:
+    """The table with `column` coloured by verdict or advice, without the index."""
+    return Table(table, table.style.map(lambda v: ADVICE_COLOURS.get(v, ""), subset=[column]).hide(axis="index"))
+
+
+def plain(table: pd.DataFrame) -> Table:
+    """The table without its index, as HTML and as plain text."""
+    return Table(table, table.style.hide(axis="index"))
 
 
 def conclusions(record: pd.DataFrame, baseline_arm: str):

@@ -51,8 +51,43 @@ def test_a_batch_triangle_gets_an_slo_slider_that_recomputes_the_answer():
     loose = triangle.answer
     triangle.slo.value = triangle.slo.step
     tight = triangle.answer
-    assert loose["answer"] == max(explore.triangle_arms(triangle.results()).values()) and tight["answer"] is None
-    assert "no measured setting" in tight["sentence"] and set(loose["goodput_request_s"]) == set(triangle.arms.value)
+    batches = sorted(explore.triangle_arms(triangle.results()).values())
+    assert loose["answer"] == batches[-2] and loose["largest_meeting"] == batches[-1]  # backed off one notch
+    assert tight["answer"] is None and "no max_num_seqs on the grid meets the SLOs" in tight["sentence"]
+    assert set(loose["goodput_request_s"]) == set(triangle.arms.value)
+    assert list(loose["goodput"].columns) == ["arm", "requests/s", "goodput (requests/s)", "share good", "recommended"]
+    assert "(ms)" in triangle.slo.description and "gap between consecutive tokens" in triangle.slo.description
+
+
+def test_the_explorers_slo_answer_is_the_notebooks_search_on_the_same_points():
+    """At the README's 50 ms on the H200 triangle both answer max_num_seqs=16 (largest meeting 32, backed off)."""
+    from labkit.analyze import slo, stats
+    triangle = explore.Explorer(ROOTS, "batch-triangle")
+    triangle.slo.value = 50.0
+    results = triangle.results()
+    summary = stats.summarize(results, ["tbt_p99_ms"]).set_index("arm")
+    arms = explore.triangle_arms(results)
+    by_batch = {b: {"tbt_p99_ms": tuple(summary.loc[a, ["value", "ci_low", "ci_high"]])} for a, b in arms.items()}
+    searched = slo.search(lambda b: by_batch[b], sorted(by_batch), {"tbt_p99_ms": 50.0})
+    assert triangle.answer["answer"] == searched.answer == 16 and triangle.answer["binding"] == "tbt_p99_ms"
+    assert triangle.answer["goodput"].set_index("arm").loc["max_num_seqs=16", "recommended"] == "yes"
+
+
+def test_a_pick_that_takes_time_clears_the_last_one_and_says_it_is_working(explorer, monkeypatch):
+    seen = []
+    real = explore.values_table
+    monkeypatch.setattr(explore, "values_table",
+                        lambda *a, **k: seen.append((explorer.busy, explorer.message, explorer.table)) or real(*a, **k))
+    explorer.metric.value = "ttft_p99_ms"
+    busy, message, table = seen[0]
+    assert busy and message.startswith("working: ttft_p99_ms") and table is None  # nothing of the last pick stays
+    assert not explorer.busy and explorer.message is None and "ttft_p99_ms" in explorer.table
+
+
+def test_results_under_the_baselines_are_labelled_by_hardware_and_date():
+    from pathlib import Path as P
+    assert explore.root_label(P("h200")) == "h200"
+    assert explore.root_label(P("h200/20261129T225537Z-h200")) == "h200 · run 2026-11-29 22:55 UTC"
 
 
 def test_nothing_to_explore_is_a_clear_error(tmp_path):

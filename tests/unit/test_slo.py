@@ -67,3 +67,16 @@ def test_goodput_counts_only_requests_within_every_slo():
                              "itl_ms": [[5, 5, 6], [5, 80, 5], [5, 5], [50, 50]]})
     assert slo.goodput(requests, {"ttft_p99_ms": 100}, 2.0) == 1.5
     assert slo.goodput(requests, {"ttft_p99_ms": 100, "tbt_p99_ms": 40}, 1.0) == 1.0
+
+
+def test_stored_points_answer_with_the_searchs_rule_the_prefix_that_meets_backed_off_one_notch():
+    from labkit.analyze.slo import from_points
+    point = lambda high: {"tbt_p99_ms": (high * 0.9, high * 0.8, high)}
+    measured = {1: point(10), 2: point(20), 4: point(30), 8: point(60), 16: point(40)}  # 16 meets again: noise
+    found = from_points(measured, {"tbt_p99_ms": 50})
+    assert (found.answer, found.largest_meeting, found.binding_constraint) == (2, 4, "tbt_p99_ms")
+    assert found.engine_starts == 0 and found.from_store == 5
+    none = from_points(measured, {"tbt_p99_ms": 5})
+    assert none.answer is None and "1 already violates tbt_p99_ms" in none.note
+    loose = from_points(measured, {"tbt_p99_ms": 100})
+    assert loose.answer == 8 and loose.largest_meeting == 16 and "extend the grid" in loose.note

@@ -45,3 +45,18 @@ def test_conclusions_are_one_row_per_load_and_arm_with_the_advice_coloured():
     one_load = record[record.load == "c64"]
     assert conclusion(one_load, "default") == ("eager trades ttft_p99_ms for tpot_p50_ms: choose by your SLO; "
                                                "narrow beats default on output_tok_s and loses on nothing: consider it")
+
+
+def test_a_value_is_rounded_to_what_its_interval_supports_never_in_scientific_notation():
+    assert cell(73730.2, 73729.9, 73730.6) == "73730.2 [73729.9, 73730.6]"
+    assert cell(73730.2, 73730.2, 73730.2) == "73730 [73730, 73730]"  # no spread: four significant digits
+    assert cell(5.0123, 4.91, 5.11) == "5.0 [4.9, 5.1]"
+    assert cell(0.000123, 0.000121, 0.000125) == "0.000123 [0.000121, 0.000125]"
+    assert cell(float("nan"), 1.0, 2.0) == "n/a" and cell(3.0, float("nan"), float("nan")) == "3.000"
+
+
+def test_a_coloured_table_reads_as_text_too_not_as_an_object_repr():
+    from labkit.present.tables import coloured
+    shown = coloured(pd.DataFrame({"arm": ["eager"], "verdict": ["worse"]}), "verdict")
+    assert "Styler" not in repr(shown) and "eager" in repr(shown) and "worse" in repr(shown)
+    assert "#ffcdd2" in shown._repr_html_()
