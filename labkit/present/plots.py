@@ -8,6 +8,7 @@ import matplotlib
 matplotlib.use(matplotlib.get_backend())  # respect the notebook's inline backend; Agg when headless
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
+from matplotlib.ticker import ScalarFormatter
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -17,6 +18,44 @@ from labkit.errors import BadParameter
 from labkit.spec.numbers import POSITIVE, check_numbers
 
 WIDTH_IN = 10.0  # a JupyterLab notebook's output width at matplotlib's 100 dpi: every figure uses all of it
+UNITS = (("_ms", "ms"), ("_tok_s", "tokens/s"), ("request_s", "requests/s"), ("_pct", "%"))
+
+
+def unit(name: str) -> str:
+    """The unit a metric or column is measured in, read from its name ('' for a count)."""
+    return next((u for suffix, u in UNITS if name.endswith(suffix)), "")
+
+
+def label(name: str) -> str:
+    """A metric in words with its unit, for an axis or a title: 'P99 time to first token (ms)'."""
+    if name in METRICS:
+        words = METRICS[name].meaning
+    else:  # a column of the lab's own tables: its unit suffix becomes the unit in brackets
+        suffix = next((sfx for sfx, _ in UNITS if name.endswith(sfx)), "")
+        words = name[: len(name) - len(suffix)].replace("_", " ").strip()
+    said = "per second" in words or words.endswith("%")  # the meaning already names its unit
+    return f"{words} ({unit(name)})" if unit(name) and not said else words
+
+
+def short_label(name: str) -> str:
+    """A metric as an axis names it: 'TPOT P50 (ms)', 'output tokens/s'; the title says it in words."""
+    m = METRICS.get(name)
+    if m is None or m.level == "trial":
+        return label(name) if m is None else m.meaning.replace(" per second", "/s")
+    stat = f"P{m.percentile:g}" if m.percentile is not None else "mean"
+    return f"{name.split('_')[0].upper()} {stat} ({unit(name)})"
+
+
+def wrap_label(text: str, width: int = 16) -> str:
+    """A tick label on lines of about `width`, broken at spaces or after underscores, never inside a word."""
+    words = text.replace("_", "_\0").replace(" ", " \0").split("\0")
+    lines, line = [], ""
+    for word in words:
+        if line and len(line) + len(word) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += word
+    return "\n".join([*lines, line.rstrip()])
 
 
 def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFrame | None = None):
@@ -32,7 +71,7 @@ def arm_comparison(results, metrics: list[str] | None = None, summary: pd.DataFr
         ax.bar(x, part.value, yerr=err, capsize=4, color=palette[:len(part)])
         ax.set_xticks(x, part.arm, rotation=30, ha="right")
         better = "lower is better" if METRICS[name].lower_is_better else "higher is better"
-        ax.set_title(f"{name}\n({better})", fontsize=9)
+        ax.set_title(f"{textwrap.fill(label(name), 34)}\n({better})", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -59,21 +98,27 @@ def latency_cdf(results, column: str = "ttft_ms"):
 
 
 def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
-    """One line per arm across the loads (e.g. TPOT against concurrency): cliffs show as jumps."""
+    """Each arm's value with its 95 % interval at every load, as points grouped by load (the loads are
+    categories, not a scale: no line joins them); a cliff shows as one arm's point far from the others."""
     loads = loads or results.loads
-    rows = []
-    for load in loads:
-        part = summarize(results.select(load), [metric_name])
-        rows.append(part.assign(load=load))
-    frame = pd.concat(rows)
+    frame = pd.concat([summarize(results.select(load), [metric_name]).assign(load=load) for load in loads])
+    arms = list(dict.fromkeys(frame.arm))
+    palette = sns.color_palette("colorblind", len(arms))
+    width = 0.7 / max(1, len(arms))
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.8))
-    for arm, part in frame.groupby("arm", sort=False):
-        x = [loads.index(load) for load in part.load]
+    for i, arm in enumerate(arms):
+        part = frame[frame.arm == arm]
+        x = [loads.index(load) - 0.35 + width * (i + 0.5) for load in part.load]
         ax.errorbar(x, part.value, yerr=[part.value - part.ci_low, part.ci_high - part.value], marker="o",
-                    capsize=3, label=arm)
+                    linestyle="none", capsize=3, color=palette[i], label=arm)
     ax.set_xticks(range(len(loads)), loads)
-    ax.set_ylabel(metric_name)
-    ax.legend(fontsize=8)
+    for edge in range(1, len(loads)):
+        ax.axvline(edge - 0.5, color="0.9", linewidth=1, zorder=0)
+    ax.set_xlabel("load")
+    ax.set_ylabel(short_label(metric_name))
+    better = "lower is better" if METRICS[metric_name].lower_is_better else "higher is better"
+    ax.set_title(f"{label(metric_name)} by load, each arm with its 95 % interval ({better})", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the points, never on them
     fig.tight_layout()
     return fig
 
@@ -92,19 +137,19 @@ def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: fl
     span_x = np.ptp([p[1] for p in points]) or 1.0
     span_y = np.ptp([p[2] for p in points]) or 1.0
     groups: list[list] = []  # points within 3 % of both axes' spans are one place on the plot
-    for label, px, py, _ in points:
+    for name, px, py, _ in points:
         near = next((g for g in groups if abs(g[1] - px) < 0.03 * span_x and abs(g[2] - py) < 0.03 * span_y), None)
         if near:
-            near[0].append(label)
+            near[0].append(name)
         else:
-            groups.append([[label], px, py])
+            groups.append([[name], px, py])
     for labels, px, py in groups:
         ax.annotate(" = ".join(labels), (px, py), fontsize=8, xytext=(5, 3), textcoords="offset points")
     handles = [Line2D([], [], marker="x", color="tab:red", linestyle="none", label="preempted requests")]
     if slo:
         handles.insert(0, ax.axvline(slo, color="gray", linestyle="--", label=f"SLO: {x} = {slo:g}"))
     ax.legend(handles=handles, fontsize=8, loc="lower right")
-    ax.set_xlabel(f"{x}: {METRICS[x].meaning}")
+    ax.set_xlabel(label(x))
     ax.set_ylabel("output tokens per second")
     ax.set_title("Batch triangle: throughput against tail latency, one point per max_num_seqs", fontsize=10)
     fig.tight_layout()
@@ -122,7 +167,7 @@ def tbt_timeline(results, arm: str, trial: int = 0):
         ax.axvspan(w.start_s, w.end_s, color="tab:orange", alpha=0.25)
     ax.scatter(gaps.end_s, gaps.gap_ms, s=4, c=np.where(gaps.inside, "tab:red", "tab:blue"))
     ax.set_xlabel("trial time (s); shaded: a long prompt in prefill")
-    ax.set_ylabel("stream TBT (ms)")
+    ax.set_ylabel("gap between a stream's tokens (ms)")
     ax.set_yscale("log")
     ax.set_title(arm, fontsize=9)
     fig.tight_layout()
@@ -135,8 +180,8 @@ def tradeoff(table: pd.DataFrame, x: str, y: str):
     ax.scatter(table[x], table[y])
     for row in table.itertuples():
         ax.annotate(row.arm, (getattr(row, x), getattr(row, y)), fontsize=8, xytext=(4, 2), textcoords="offset points")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(label(x))
+    ax.set_ylabel(label(y))
     fig.tight_layout()
     return fig
 
@@ -154,36 +199,47 @@ def by_load(table: pd.DataFrame, x: str, metrics: list[str], labels: dict[str, s
             ax.plot(table[x], floors[name], linestyle=":", color="gray", label="hardware floor")
         if marks and name in marks:
             ax.axvline(marks[name][0], color="gray", linestyle="--", label=marks[name][1])
-        if (floors and name in floors) or (marks and name in marks):
-            ax.legend(fontsize=8)
+        if (floors and name in floors) or (marks and name in marks):  # under the panel: never on the data
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
         if logx:
             ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(ScalarFormatter())  # 32, not 2^5
         ax.set_xlabel(x.replace("_", " "))
-        ax.set_ylabel((labels or {}).get(name, name))
+        ax.set_ylabel((labels or {}).get(name, short_label(name)))
     fig.tight_layout()
     return fig
 
 
 def waterfall(path: pd.DataFrame, metric_name: str):
-    """The diagnosis path as a waterfall: totals as full bars (the current and the recommended launch), each
-    change as a floating bar from the running value, green where it lowers a lower-is-better metric."""
+    """The diagnosis path (labkit.analyze.diagnosis.waterfall) on the target metric: the current launch and the
+    recommended one as full bars; between them each change as measured alone, floating from the current
+    launch's value to its own. The changes were measured one at a time from the same launch, so they are not
+    stacked: their sum is not a launch anyone measured and can pass below zero. What combining them gave
+    against that sum is said in the title."""
     lower_is_better = metric(metric_name).lower_is_better
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.8))
-    running = 0.0
-    for i, row in enumerate(path.itertuples()):
+    totals = path[path.kind == "total"]
+    start = float(totals.value.iloc[0])
+    shown = path[(path.kind == "total") | (path.step != "combining them")].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 4.2))
+    for i, row in enumerate(shown.itertuples()):
         if row.kind == "total":
             ax.bar(i, row.value, color="0.55")
-            running = row.value
-            label_y = row.value
+            top, text = row.value, f"{row.value:.3g}"
         else:
             good = (row.value < 0) == lower_is_better
-            ax.bar(i, row.value, bottom=running, color="tab:green" if good else "tab:red")
-            running += row.value
-            label_y = max(running, running - row.value)
-        ax.annotate(f"{row.value:+.3g}" if row.kind != "total" else f"{row.value:.3g}", (i, label_y),
-                    ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(path)), [textwrap.fill(s, 16) for s in path.step], fontsize=8)
-    ax.set_ylabel(metric(metric_name).meaning)
-    ax.set_title(f"From the current launch to the recommended one: {metric_name}")
+            ax.bar(i, row.value, bottom=start, color="tab:green" if good else "tab:red", alpha=0.8)
+            top, text = max(start, start + row.value), f"{row.value:+.3g} alone"
+        ax.annotate(text, (i, top), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.axhline(start, color="0.55", linewidth=0.8, linestyle=":")
+    ax.set_xticks(range(len(shown)), [wrap_label(s) for s in shown.step], fontsize=8)
+    ax.set_ylabel(short_label(metric_name))
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)  # room for the labels above the tallest bar
+    alone = path[(path.kind == "change") & (path.step != "combining them")].value.sum()
+    title = f"From the current launch to the recommended one: {label(metric_name)}"
+    combined = path[path.step.str.startswith("combined")]
+    if len(combined):
+        title += (f"\ntogether the changes moved it {float(combined.value.iloc[0]) - start:+.3g}; "
+                  f"one at a time they add up to {alone:+.3g}")
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

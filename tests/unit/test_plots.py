@@ -102,3 +102,37 @@ def test_by_load_draws_each_metric_against_the_quantity_with_its_floor_and_mark(
     assert ax.get_legend_handles_labels()[1] == ["hardware floor", "knee", "measured"]
     floor = next(line for line in ax.get_lines() if line.get_linestyle() == ":")
     assert list(floor.get_ydata()) == [2.0, 8.0] and ax.get_xlabel() == "prompt tokens"
+
+
+def test_loads_are_categories_each_arm_a_point_with_its_interval_and_no_line_joining_them():
+    ax = plots.metric_by_load(results(loads=("c1", "c8")), "tpot_p50_ms").axes[0]
+    for container in ax.containers:  # one errorbar per arm
+        assert container.lines[0].get_linestyle() == "None"
+    offsets = [container.lines[0].get_xdata()[0] for container in ax.containers]
+    assert offsets[0] < 0 < offsets[1]  # the arms of a load side by side around it, not on top of each other
+    assert ax.get_ylabel() == "TPOT P50 (ms)" and "time per output token" in ax.get_title()
+    assert ax.get_legend()._bbox_to_anchor is not None  # beside the axes, off the data
+
+
+def test_axes_say_what_they_show_in_words_and_units():
+    assert plots.label("ttft_p99_ms") == "P99 time to first token (ms)"
+    assert plots.label("output_tok_s") == "output tokens per second"
+    assert plots.label("long_ttft_p50_ms") == "long ttft p50 (ms)"
+    assert plots.short_label("tbt_p99_ms") == "TBT P99 (ms)" and plots.short_label("request_s") == "completed requests/s"
+    assert plots.wrap_label("default_attention_backend") == "default_\nattention_\nbackend"  # never inside a word
+
+
+def test_the_waterfall_floats_each_change_from_the_current_launch_and_never_passes_below_zero():
+    path = pd.DataFrame([
+        {"step": "current launch (current)", "kind": "total", "value": 26.0},
+        {"step": "no_enforce_eager", "kind": "change", "value": -21.2},
+        {"step": "default_attention_backend", "kind": "change", "value": -9.4},
+        {"step": "combining them", "kind": "change", "value": 9.6},
+        {"step": "combined (combined)", "kind": "total", "value": 5.0}])
+    ax = plots.waterfall(path, "tpot_p50_ms").axes[0]
+    bars = ax.patches
+    assert len(bars) == 4  # the interaction is said in the title, not drawn as a step of its own
+    assert all(bar.get_y() >= 0 and bar.get_y() + bar.get_height() >= 0 for bar in bars)
+    assert [round(b.get_y() + b.get_height(), 1) for b in bars[1:3]] == [4.8, 16.6]  # each alone, from 26
+    assert "one at a time they add up to -30.6" in ax.get_title() and ax.get_ylabel() == "TPOT P50 (ms)"
+    assert ax.get_ylim()[0] == 0
