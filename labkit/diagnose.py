@@ -25,6 +25,7 @@ from labkit.measure.environment import check_multicast_off
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.redact import redact_text, redacted_repr, secret_name
+from labkit.shown import Facts
 from labkit.spec.capabilities import has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
@@ -185,7 +186,7 @@ class Diagnosis:
 def current_profile(results: Results) -> dict:
     """The current launch's profiler window read as a bottleneck class (and the rule that fired), and its
     decode and prefill as a share of this hardware's limit; what is missing says why."""
-    found = {}
+    found = Facts()
     try:
         verdict, rule = profiling.arm_bottleneck(results, "current")
         found.update(bottleneck=verdict, rule=rule)

@@ -36,6 +36,7 @@ from labkit.spec.numbers import POSITIVE, check_numbers, raise_problems
 from labkit.spec.protocol import Protocol
 from labkit.spec.workload import Mix, Workload
 from labkit.store import ExperimentStore, Results, check_name, load, spec_hash
+from labkit.shown import shows_whole
 
 CPU_DEFAULT_KV_BYTES = 1 << 30  # on CPU vLLM would otherwise reserve a share of the whole NUMA node
 
@@ -176,6 +177,7 @@ class Experiment:
     def _workload_dicts(self) -> dict:
         return {name: w.to_dict() for name, w in self.loads.items()}
 
+    @shows_whole
     def plan_table(self, defaults: bool = True, prepare: bool = True) -> pd.DataFrame:
         """What each arm will ask of vLLM here, or why it cannot run here: a dry run. Each arm's launch is
         written as its user would start it (`vllm serve ...` or `LLM(...)`), and with `defaults` vLLM's own

@@ -30,6 +30,7 @@ from labkit import settings
 from labkit.files import make_portable, new_folder, write_json_atomic
 from labkit.errors import BadParameter, DamagedStore, StoreConflict, StoreUnwritable
 from labkit.redact import redact, secret_values
+from labkit.shown import shows_whole
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.=+")
 
@@ -272,6 +273,7 @@ class Results:
         return Results(self.name, self.path, self.spec, self.arms, self.requests[self.requests["part"] == name],
                        self.trials, self.environment)
 
+    @shows_whole
     def facts(self, *columns: str) -> pd.DataFrame:
         """Arm, status and the named facts; a fact no arm recorded (e.g. graph capture on a CPU) shows as
         missing instead of failing."""

@@ -10,6 +10,7 @@ import json
 import pandas as pd
 
 from labkit.errors import BadParameter
+from labkit.shown import shows_whole
 
 
 def _facts(results, arm: str) -> pd.Series:
@@ -49,6 +50,7 @@ def set_by_arm_knob(environment: dict, name: str) -> bool:
     return name in environment.get("arm_variables", [])
 
 
+@shows_whole
 def effective_config(results, arm: str) -> pd.DataFrame:
     """Every resolved setting of one arm, with the engine arguments that were asked for."""
     facts = _facts(results, arm).dropna()
@@ -100,6 +102,7 @@ def flags(results, arm: str) -> list[str]:
     return out
 
 
+@shows_whole
 def audit_table(results) -> pd.DataFrame:
     """One row per flag across every complete arm ('nothing to question' when an arm is clean)."""
     rows = []

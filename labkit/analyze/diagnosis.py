@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit.analyze import stats
+from labkit.shown import shows_whole
 
 
 def side_effects(results, baseline: str, arm: str, target: str) -> tuple[list[str], list[str]]:
@@ -56,6 +57,7 @@ def choose(results, singles: list[str], combined: str | None, target: str) -> tu
     return chosen, trades
 
 
+@shows_whole
 def ranked_changes(results, current: str, target: str, changes: dict[str, dict]) -> pd.DataFrame:
     """One row per measured change: what it changes and why it was tried, the target metric with its 95 %
     interval, the change against the current launch with its interval, the verdict, and the other headline
@@ -78,6 +80,7 @@ def ranked_changes(results, current: str, target: str, changes: dict[str, dict])
     return table.reset_index(drop=True)
 
 
+@shows_whole
 def waterfall(results, current: str, helped: list[str], combined: str | None, target: str,
               recommended: str | None = None) -> pd.DataFrame:
     """The steps from the current launch on the target metric: the current value, each helpful change's own

@@ -15,6 +15,7 @@ from labkit.analyze import stats
 from labkit.analyze.roofline import Peaks, prefill_floor_s
 from labkit.errors import BadParameter
 from labkit.spec.models import ModelShape
+from labkit.shown import shows_whole
 
 CACHE_METRICS = ["prefix_hit_pct", "prefill_tokens_computed", "ttft_p50_ms", "ttft_p99_ms", "output_tok_s"]
 
@@ -77,12 +78,14 @@ def uncached_ttft_floor_ms(shape: ModelShape, peaks: Peaks, uncached_tokens: flo
     return 1e3 * prefill_floor_s(shape, peaks, uncached_tokens)
 
 
+@shows_whole
 def working_set_table(results, arm: str, prefixes_by_load: dict[str, int]) -> pd.DataFrame:
     """One row per working-set load of one arm: the number of distinct shared prefixes, the hit rate and
     TTFT P50 with their intervals."""
     return stats.by_load(results, arm, prefixes_by_load, ["prefix_hit_pct", "ttft_p50_ms"], x="prefixes")
 
 
+@shows_whole
 def by_turn(results, load: str, metrics: list[str] | None = None) -> pd.DataFrame:
     """A conversation load's request-level metrics per arm and turn, with 95 % intervals: what a growing,
     resent history costs each turn, with the cache and without."""

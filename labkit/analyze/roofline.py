@@ -19,6 +19,7 @@ from labkit.errors import BadParameter
 from labkit.spec.models import ModelShape
 from labkit.analyze import precision
 from labkit.analyze.precision import WeightBytes
+from labkit.shown import shows_whole
 
 # name substring (lower case) -> (memory bandwidth GB/s, dense bf16 TFLOP/s); datasheet values.
 GPU_PEAKS = {
@@ -121,6 +122,7 @@ def stored_peaks(results) -> Peaks:
     return found[0]
 
 
+@shows_whole
 def roofline_table(results, peaks: Peaks | None = None) -> pd.DataFrame:
     """Per arm: observed TPOT and TTFT against their physical floors, as % of the limit reached. The peaks are
     those given, else the datasheet figures of the GPU that measured the results.

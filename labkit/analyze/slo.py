@@ -17,6 +17,7 @@ import pandas as pd
 from labkit.errors import BadParameter
 from labkit.spec.numbers import COUNT, POSITIVE, check_number, raise_problems
 from labkit.analyze.stats import METRICS, metric
+from labkit.shown import Facts, shows_whole, whole
 
 Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low, ci_high)
 
@@ -33,6 +34,15 @@ class SloResult:
     measured: dict[int, Measurement] = field(default_factory=dict)
     note: str = ""
     from_store: int = 0  # settings the search read from results already stored: no engine started for them
+
+    def table(self, knob: str = "max_num_seqs"):
+        """Every measured setting: each metric's value with its interval's upper end (what the SLO is held
+        to), and whether it met them, in the grid's order."""
+        rows = [{knob: value, **{f"{name} (upper end)": round(m[2], 3) for name, m in measured.items()},
+                 "meets": "yes" if value <= (self.largest_meeting or 0) and self.largest_meeting is not None else "no",
+                 "recommended": "yes" if value == self.answer else ""}
+                for value, measured in sorted(self.measured.items())]
+        return whole(pd.DataFrame(rows))
 
     def sentence(self, knob: str = "max_num_seqs") -> str:
         """One line: the recommended setting (or that none meets the SLOs), the binding constraint and the starts."""
@@ -134,6 +144,7 @@ def goodput(requests, slos: dict[str, float], duration_s: float) -> float:
     return float(ok.sum() / duration_s) if duration_s > 0 else float("nan")
 
 
+@shows_whole
 def goodput_by_arm(results, slos: dict[str, float]) -> pd.DataFrame:
     """Per arm: mean request throughput and goodput (requests/s within every SLO) over the trials."""
     rows = []
@@ -151,11 +162,11 @@ def preemption_onset(results, arms: dict[str, int], footprint_tokens: int) -> di
     facts = results.arms.set_index("arm")
     done = [a for a in arms if a in results.complete_arms]
     if not done:
-        return {"predicted_onset": None, "observed_onset": None}
+        return Facts(predicted_onset=None, observed_onset=None)
     blocks, block_size = facts.loc[done[0], "kv_cache_blocks"], facts.loc[done[0], "block_size"]
     per_request = int(np.ceil(footprint_tokens / block_size))
     fits = int(blocks // per_request)
     preempted = results.trials.groupby("arm").preemptions.sum()
     observed = min((arms[a] for a in done if preempted.get(a, 0) > 0), default=None)
-    return {"kv_cache_blocks": int(blocks), "block_size": int(block_size), "blocks_per_request": per_request,
-            "requests_that_fit": fits, "predicted_onset": fits + 1, "observed_onset": observed}
+    return Facts(kv_cache_blocks=int(blocks), block_size=int(block_size), blocks_per_request=per_request,
+                 requests_that_fit=fits, predicted_onset=fits + 1, observed_onset=observed)

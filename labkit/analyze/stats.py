@@ -16,6 +16,7 @@ from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
 from labkit.analyze import gpu_state, noise
 from labkit.analyze.quantile_bootstrap import windowed_replicates
 from labkit.spec.lists import as_list
+from labkit.shown import shows_whole
 
 N_BOOT = 1000
 # The verdicts a comparison can reach, named once: every table, colour and mapping reads them from here.
@@ -177,6 +178,7 @@ def point(data: list[np.ndarray], m: Metric) -> float:
     return _stat(np.concatenate(data), m) if data else float("nan")
 
 
+@shows_whole
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per arm and metric: the value and its confidence interval."""
     check_numbers("summarize", {"confidence": (confidence, PROBABILITY)})
@@ -292,6 +294,7 @@ def machine_aware(results, baseline_arm: str, candidate_arm: str, m: Metric, c: 
     return replace(c, caution="; ".join(notes) or None, **({"verdict": TOO_NOISY, "too_noisy": why} if why else {}))
 
 
+@shows_whole
 def by_load(results, arm: str, x_by_load: dict[str, float], metrics: list[str], x: str = "x") -> pd.DataFrame:
     """One arm's metrics across loads that differ in one quantity (prompt length, distinct prefixes...): one
     row per load with that quantity as column `x`, and each metric's value with `_low` and `_high` (95 %)."""
@@ -328,6 +331,7 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
                           for arm in results.complete_arms if arm != baseline_arm for name in names)
 
 
+@shows_whole
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
     """The record a team files: per load, arm and metric the value with its CI, and the change against
     the baseline arm with its CI and verdict; `caution` names GPU clocks that differed between the two arms
@@ -392,6 +396,7 @@ def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
     return "; ".join(outcomes.sentence)
 
 
+@shows_whole
 def stepwise_contributions(results, metric_name: str, path: list[str]) -> pd.DataFrame:
     """How much of the change from path[0] to path[-1] each step explains (e.g. eager -> compile only ->
     compile + graphs: the share of the gap due to torch.compile and to CUDA graphs)."""
@@ -403,6 +408,7 @@ def stepwise_contributions(results, metric_name: str, path: list[str]) -> pd.Dat
                          for a, b, va, vb in zip(path, path[1:], values, values[1:])])
 
 
+@shows_whole
 def ranking(results, metric_name: str) -> pd.DataFrame:
     """Arms ordered best first; each compared with the best, so that ties within noise are called so."""
     m = metric(metric_name)

@@ -1,0 +1,99 @@
+"""How the lab's tables and facts look where people read them: whole and rounded.
+
+pandas cuts a cell after 50 characters (a `vllm serve` line, an audit flag, a peak's source), hides columns
+and rows behind `...`, and writes a column that mixes magnitudes with six decimals (`init_s 398.390900`) or
+in scientific notation (`7.373e+04`); a dict in a notebook prints as one long line of braces. The lab's own
+tables and fact records are returned as `Whole` frames and `Facts` dicts: the same data, shown whole with
+numbers rounded to four significant digits, in HTML (JupyterLab wraps long text at its spaces) and in plain
+text (a stored notebook's text/plain, a terminal, a log) alike.
+"""
+from __future__ import annotations
+
+import functools
+import html
+import math
+
+import pandas as pd
+
+MAX_ROWS = 200  # a longer table is cut in the middle, said by pandas; the lab's own tables are shorter
+
+
+def number(value) -> str:
+    """A float for people: four significant digits, never in scientific notation; integers as they are."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0 or abs(value) >= 1000:
+        return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 1000 else f"{value:.4g}"
+    places = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{value:.{min(places, 8)}f}".rstrip("0").rstrip(".") if places else f"{value:.0f}"
+
+
+def _options():
+    return pd.option_context("display.max_colwidth", None, "display.max_columns", None, "display.width", 250,
+                             "display.max_rows", MAX_ROWS, "display.float_format", number)
+
+
+class Whole(pd.DataFrame):
+    """A DataFrame that shows whole: no cell, column or short table cut, numbers rounded. Frames derived from
+    it (`.round()`, `.loc[...]`, a selection of columns) show the same way."""
+
+    @property
+    def _constructor(self):
+        return Whole
+
+    def _repr_html_(self):
+        with _options():
+            return super()._repr_html_()
+
+    def __repr__(self):
+        with _options():
+            return super().__repr__()
+
+
+def whole(frame: pd.DataFrame) -> Whole:
+    """The frame, shown whole (its attrs kept)."""
+    if isinstance(frame, Whole):
+        return frame
+    shown = Whole(frame)
+    shown.attrs = dict(frame.attrs)
+    return shown
+
+
+def shows_whole(function):
+    """A decorator: the DataFrame the function returns comes back as a Whole."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        found = function(*args, **kwargs)
+        return whole(found) if isinstance(found, pd.DataFrame) else found
+    return wrapper
+
+
+class Facts(dict):
+    """A dict of facts that reads as a two-column table in a notebook and as one line per fact as text."""
+
+    def _lines(self) -> list[tuple[str, str]]:
+        return [(str(k), _text(v)) for k, v in self.items()]
+
+    def __repr__(self):
+        width = max((len(k) for k, _ in self._lines()), default=0)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in self._lines())
+
+    def _repr_pretty_(self, printer, cycle):
+        printer.text(repr(self))
+
+    def _repr_html_(self):
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                       f"{html.escape(v)}</td></tr>" for k, v in self._lines())
+        return f"<table>{rows}</table>"
+
+
+def _text(value) -> str:
+    if isinstance(value, float):
+        return number(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_text(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_text(v) for v in value)
+    return str(value)
