@@ -6,6 +6,12 @@ H200 (Python 3.12.3) would come to say it was made on the viewer's machine. File
 therefore reported not writable: JupyterLab opens them read-only (no autosave; Save offers "Save as"), and
 whatever reaches the server anyway that would change them (a save, an upload, a move, a delete, a
 checkpoint), under any spelling of their path, is refused. Everything else saves as usual.
+
+Read-only alone still left the document marked modified, with a "Save changes?" prompt on close, although
+nothing was changed: the kernel's facts differ from the H200's. So an evidence notebook is served with the
+kernel facts JupyterLab is about to write (this lab's kernel and Python), which it then finds already there
+and does not count as a change; what the notebook recorded is kept beside them in the served copy
+(`metadata.labkit.recorded_kernel`), and the file itself is never touched.
 """
 from __future__ import annotations
 
@@ -64,6 +70,22 @@ class EvidenceContentsManager(AsyncLargeFileManager):
         return web.HTTPError(403, f"{shown} {where} ({EVIDENCE}/), which stays as it was measured: "
                                   f"{what} is refused in the lab; {SAVE_AS}")
 
+    async def get(self, path, content=True, type=None, format=None, **kwargs):
+        model = await super().get(path, content=content, type=type, format=format, **kwargs)
+        if content and model.get("type") == "notebook" and self.lies_in_evidence(path):
+            served_with_this_kernel(model["content"], self._kernel_names())
+        return model
+
+    def _kernel_names(self) -> dict[str, dict]:
+        """name -> the kernelspec JupyterLab writes for it (display name and language), of this server."""
+        manager = getattr(self.parent, "kernel_spec_manager", None)
+        try:
+            specs = manager.get_all_specs() if manager is not None else {}
+        except Exception:  # noqa: BLE001 - without the specs the notebook is served as it is
+            return {}
+        return {name: {"name": name, "display_name": found["spec"].get("display_name", name),
+                       "language": found["spec"].get("language")} for name, found in specs.items()}
+
     def is_writable(self, path):
         return not self.lies_in_evidence(path) and super().is_writable(path)
 
@@ -115,6 +137,24 @@ class EvidenceContentsManager(AsyncLargeFileManager):
         if self.lies_in_evidence(path):
             return []
         return await super().list_checkpoints(path)
+
+
+def served_with_this_kernel(notebook, kernels: dict[str, dict]) -> None:
+    """The notebook's kernel facts replaced in place by what JupyterLab writes once this server's kernel of the
+    same name starts (its kernelspec, and the language_info of an IPython kernel on this Python), the
+    recorded ones kept under metadata.labkit.recorded_kernel. A kernel this server does not have: unchanged
+    (JupyterLab asks which kernel to use, and changes nothing before)."""
+    metadata = notebook["metadata"]
+    name = (metadata.get("kernelspec") or {}).get("name")
+    if name not in kernels:
+        return
+    from ipykernel.ipkernel import IPythonKernel  # the language_info a python kernel of this Python reports
+
+    recorded = {key: metadata[key] for key in ("kernelspec", "language_info") if key in metadata}
+    metadata.setdefault("labkit", {})["recorded_kernel"] = recorded
+    metadata["kernelspec"] = {k: v for k, v in kernels[name].items() if v is not None}
+    if kernels[name].get("language") == "python":
+        metadata["language_info"] = dict(IPythonKernel.language_info)
 
 
 def lab_command(root: str | Path, *, port: int | None = None, token: str | None = None,

@@ -1,7 +1,8 @@
 """The lab as its users meet it: JupyterLab (started as `labkit lab` starts it) driven by a real headless
 Chromium through Selenium. The quickstart runs in smoke mode through the Run menu on the real CPU engine with no
 error output; the explorer's metric is changed in its widget and what it shows changes; a committed evidence
-notebook left open past several autosave intervals is byte for byte what was committed. A screenshot of each
+notebook left open past several autosave intervals is byte for byte what was committed, is not marked modified,
+and closes without a prompt. A screenshot of each
 step is kept under data/runs/browser-<UTC>/."""
 import json
 import os
@@ -269,6 +270,13 @@ def test_committed_evidence_left_open_is_not_changed(lab, browser, shots):
     time.sleep(5 * AUTOSAVE_S)  # a writable modified document would have been autosaved by now
     shots(browser, "evidence-open")
     assert (lab["root"] / EVIDENCE).read_bytes() == committed
-    # the kernel's name and Python version differ from the H200's, so JupyterLab has changed the document in
-    # memory (its tab is marked modified): only its being read-only kept the file as committed
-    assert browser.execute_script("return window.jupyterapp.shell.currentWidget.context.model.dirty") is True
+    # served with the kernel facts the started kernel writes, the document is not modified: no mark on its tab
+    widget = "window.jupyterapp.shell.currentWidget"
+    assert browser.execute_script(f"return {widget}.context.model.dirty") is False
+    assert not browser.execute_script(f"return {widget}.title.className.includes('jp-mod-dirty')")
+    # ... and closing it asks nothing
+    browser.execute_script(f"{widget}.close()")
+    time.sleep(2)
+    shots(browser, "evidence-closed")
+    assert browser.find_elements("css selector", ".jp-Dialog") == [], "closing the evidence asked to save it"
+    assert (lab["root"] / EVIDENCE).read_bytes() == committed

@@ -60,3 +60,32 @@ def test_the_lab_command_serves_the_root_with_that_manager_and_root_needs_allow_
     assert f"--ServerApp.root_dir={tmp_path.resolve()}" in command and "--allow-root" in command
     assert "--ServerApp.contents_manager_class=labkit.present.lab.EvidenceContentsManager" in command
     assert "--allow-root" not in lab_command(tmp_path)
+
+
+def test_evidence_is_served_with_the_kernel_facts_jupyterlab_would_write_the_recorded_ones_kept(tmp_path):
+    """So opening it changes nothing in JupyterLab's eyes (no modified mark, no save prompt on close); the file
+    on disk stays as committed, and another notebook is served as it is."""
+    from ipykernel.ipkernel import IPythonKernel
+    recorded = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                "language_info": {"name": "python", "version": "3.12.3"}}
+    for path in (EVIDENCE, OWN):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")], metadata=recorded),
+                       tmp_path / path)
+    before = (tmp_path / EVIDENCE).read_bytes()
+
+    from jupyter_client.kernelspec import KernelSpecManager
+    from traitlets.config import Configurable
+
+    class Server(Configurable):  # the ServerApp holds the kernelspecs JupyterLab reads the kernel's spec from
+        kernel_spec_manager = KernelSpecManager()
+
+    manager = EvidenceContentsManager(root_dir=str(tmp_path), parent=Server())
+    served = asyncio.run(manager.get(EVIDENCE))["content"]["metadata"]
+    spec = Server.kernel_spec_manager.get_kernel_spec("python3")
+    assert served["kernelspec"] == {"name": "python3", "display_name": spec.display_name, "language": "python"}
+    assert served["language_info"] == IPythonKernel.language_info
+    assert served["labkit"]["recorded_kernel"] == recorded
+    assert (tmp_path / EVIDENCE).read_bytes() == before
+    own = asyncio.run(manager.get(OWN))["content"]["metadata"]
+    assert own["language_info"] == recorded["language_info"] and "labkit" not in own
