@@ -25,7 +25,7 @@ from labkit.measure.environment import check_multicast_off
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.redact import redact_text, redacted_repr, secret_name
-from labkit.shown import Facts
+from labkit.shown import Facts, number
 from labkit.spec.capabilities import has_fp8_tensor_cores
 from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
@@ -175,7 +175,7 @@ class Diagnosis:
             also = [f"{side} {row[side]}" for side in ("also better on", "also worse on")
                     if isinstance(row.get(side), str) and row[side]]
             entries.append({"when_utc": now, "experiment": self.results.name, "load": "diagnosis",
-                            "change": f"{row['arm']}: {row['why']}", "metric": f"{self.target}={value:.4g}",
+                            "change": f"{row['arm']}: {row['why']}", "metric": f"{self.target}={number(value)}",
                             "conclusion": "; ".join([row["verdict"], *also]), "evidence": str(self.results.path)})
         entries.append({"when_utc": now, "experiment": self.results.name, "load": "diagnosis",
                         "change": "recommended launch", "metric": self.target, "conclusion": self.outcome,
@@ -306,7 +306,7 @@ def _finish(launch, target, results, flags, profile, outcome, *, arms, resumed, 
     # arms of this diagnosis only: the store may hold others (a combination an earlier run's noise chose)
     starts = len((set(results.complete_arms) & set(arms)) - resumed)
     if len(path) > 1:
-        outcome += f" ({target} {path.value.iloc[0]:.4g} -> {path.value.iloc[-1]:.4g})"
+        outcome += f" ({target} {number(float(path.value.iloc[0]))} -> {number(float(path.value.iloc[-1]))})"
     outcome += "".join(f"; {trade}" for trade in trades)
     recommended = arms[best] if best else launch.knobs
     return Diagnosis(launch, target, results, flags, profile, ranked, path, dict(recommended), starts, outcome,

@@ -43,13 +43,17 @@ class Whole(pd.DataFrame):
     def _constructor(self):
         return Whole
 
+    def _numbered(self) -> bool:
+        """Is the index only the row numbers 0..n-1? Then it says nothing and is not shown."""
+        return not (isinstance(self.index, pd.RangeIndex) and self.index.start == 0 and self.index.step == 1)
+
     def _repr_html_(self):
         with _options():
-            return super()._repr_html_()
+            return self.to_html(index=self._numbered(), notebook=True, max_rows=MAX_ROWS, float_format=number)
 
     def __repr__(self):
         with _options():
-            return super().__repr__()
+            return self.to_string(index=self._numbered(), max_rows=MAX_ROWS, float_format=number)
 
 
 def whole(frame: pd.DataFrame) -> Whole:
@@ -97,3 +101,24 @@ def _text(value) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v) for v in value)
     return str(value)
+
+
+def decimals(value: float, low: float = float("nan"), high: float = float("nan")) -> int:
+    """The decimals an interval supports: the half-width's first significant digit is the last one shown (no
+    interval, or one of zero width: four significant digits of the value)."""
+    half = (high - low) / 2 if math.isfinite(high - low) else 0.0
+    if half > 0:
+        return min(6, max(0, -math.floor(math.log10(half))))
+    if not math.isfinite(value) or value == 0:
+        return 0
+    return min(6, max(0, 3 - math.floor(math.log10(abs(value)))))
+
+
+def cell(value: float, low: float, high: float) -> str:
+    """'value [low, high]', rounded to what the interval supports, never in scientific notation."""
+    if not math.isfinite(value):
+        return "n/a"
+    places = decimals(value, low, high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{value:.{places}f}"
+    return f"{value:.{places}f} [{low:.{places}f}, {high:.{places}f}]"

@@ -15,7 +15,7 @@ from labkit.analyze import stats
 from labkit.analyze.roofline import Peaks, prefill_floor_s
 from labkit.errors import BadParameter
 from labkit.spec.models import ModelShape
-from labkit.shown import shows_whole
+from labkit.shown import cell, shows_whole
 
 CACHE_METRICS = ["prefix_hit_pct", "prefill_tokens_computed", "ttft_p50_ms", "ttft_p99_ms", "output_tok_s"]
 
@@ -32,7 +32,7 @@ def cache_table(results, metrics: list[str] | None = None) -> pd.DataFrame:
         for row in summary.itertuples():
             rows.append({"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,
                          "ci_low": row.ci_low, "ci_high": row.ci_high,
-                         "shown": f"{row.value:.4g} [{row.ci_low:.4g}, {row.ci_high:.4g}]",
+                         "shown": cell(row.value, row.ci_low, row.ci_high),
                          "prompt_tokens_sent": float(sent.get(row.arm, np.nan))})
     return pd.DataFrame(rows)
 

@@ -16,7 +16,7 @@ from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
 from labkit.analyze import gpu_state, noise
 from labkit.analyze.quantile_bootstrap import windowed_replicates
 from labkit.spec.lists import as_list
-from labkit.shown import shows_whole
+from labkit.shown import number, shows_whole
 
 N_BOOT = 1000
 # The verdicts a comparison can reach, named once: every table, colour and mapping reads them from here.
@@ -220,7 +220,7 @@ class Comparison:
             verdict += f" beyond +/-{self.threshold:.0%}"
         if self.too_noisy:
             verdict += f" ({self.too_noisy})"
-        line = (f"{self.metric}: {self.baseline:.4g} -> {self.candidate:.4g} ({self.rel_change:+.1%}, "
+        line = (f"{self.metric}: {number(float(self.baseline))} -> {number(float(self.candidate))} ({self.rel_change:+.1%}, "
                 f"95% CI {self.ci_low:+.1%} to {self.ci_high:+.1%}): {verdict}")
         return line + (f" [caution: {self.caution}]" if self.caution else "")
 

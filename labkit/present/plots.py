@@ -15,6 +15,7 @@ import seaborn as sns
 
 from labkit.analyze.stats import METRICS, metric, summarize
 from labkit.errors import BadParameter
+from labkit.shown import number
 from labkit.spec.numbers import POSITIVE, check_numbers
 
 WIDTH_IN = 10.0  # a JupyterLab notebook's output width at matplotlib's 100 dpi: every figure uses all of it
@@ -224,11 +225,11 @@ def waterfall(path: pd.DataFrame, metric_name: str):
     for i, row in enumerate(shown.itertuples()):
         if row.kind == "total":
             ax.bar(i, row.value, color="0.55")
-            top, text = row.value, f"{row.value:.3g}"
+            top, text = row.value, number(float(row.value))
         else:
             good = (row.value < 0) == lower_is_better
             ax.bar(i, row.value, bottom=start, color="tab:green" if good else "tab:red", alpha=0.8)
-            top, text = max(start, start + row.value), f"{row.value:+.3g} alone"
+            top, text = max(start, start + row.value), f"{'+' if row.value > 0 else ''}{number(float(row.value))} alone"
         ax.annotate(text, (i, top), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.axhline(start, color="0.55", linewidth=0.8, linestyle=":")
     ax.set_xticks(range(len(shown)), [wrap_label(s) for s in shown.step], fontsize=8)
@@ -238,8 +239,9 @@ def waterfall(path: pd.DataFrame, metric_name: str):
     title = f"From the current launch to the recommended one: {label(metric_name)}"
     combined = path[path.step.str.startswith("combined")]
     if len(combined):
-        title += (f"\ntogether the changes moved it {float(combined.value.iloc[0]) - start:+.3g}; "
-                  f"one at a time they add up to {alone:+.3g}")
+        together = float(combined.value.iloc[0]) - start
+        title += (f"\ntogether the changes moved it {'+' if together > 0 else ''}{number(together)}; "
+                  f"one at a time they add up to {'+' if alone > 0 else ''}{number(float(alone))}")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -2,32 +2,10 @@
 sorted as text: "max_num_seqs=32" does not come before "max_num_seqs=4")."""
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from labkit.analyze import noise, stats
-
-
-def decimals(value: float, low: float = float("nan"), high: float = float("nan")) -> int:
-    """The decimals an interval supports: the half-width's first significant digit is the last one shown (no
-    interval, or one of zero width: four significant digits of the value)."""
-    half = (high - low) / 2 if math.isfinite(high - low) else 0.0
-    if half > 0:
-        return min(6, max(0, -math.floor(math.log10(half))))
-    if not math.isfinite(value) or value == 0:
-        return 0
-    return min(6, max(0, 3 - math.floor(math.log10(abs(value)))))
-
-
-def cell(value: float, low: float, high: float) -> str:
-    """'value [low, high]', rounded to what the interval supports, never in scientific notation."""
-    if not math.isfinite(value):
-        return "n/a"
-    places = decimals(value, low, high)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return f"{value:.{places}f}"
-    return f"{value:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
+from labkit.shown import cell, decimals  # noqa: F401  (the tables' cell, named here too)
 
 
 class Table:

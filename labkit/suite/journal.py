@@ -12,6 +12,7 @@ from labkit import settings
 from labkit.errors import DamagedStore
 from labkit.suite.runs import readable
 from labkit.redact import redact
+from labkit.shown import number
 
 
 def journal_path() -> Path:
@@ -36,7 +37,7 @@ def entries_for_run(run: str | Path, environment: dict) -> list[dict]:
             entries.append({
                 "when_utc": now, "experiment": name, "load": load_name,
                 "change": "; ".join(f"{arm}: {json.dumps(knobs.get(arm, {}))}" for arm in results.complete_arms),
-                "metric": "; ".join(f"{r.arm} {r.metric}={r.value:.4g}" for r in part.itertuples()),
+                "metric": "; ".join(f"{r.arm} {r.metric}={number(float(r.value))}" for r in part.itertuples()),
                 "conclusion": stats.conclusion(part, base),
                 "evidence": str(Path(run) / "results" / name),
                 "environment": {k: environment.get(k) for k in ("hardware_key", "gpus", "driver")}

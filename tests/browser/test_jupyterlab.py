@@ -240,6 +240,9 @@ def test_the_quickstart_runs_in_smoke_mode_from_the_run_menu_with_no_error(lab, 
     assert errors_shown(browser) == []
     text = browser.execute_script(f"return {IN_VIEW}").text
     assert "complete in" in text, text[-3000:]  # the plain per-arm line of a finished arm
+    # what a reader sees: values with their intervals, changes in percent; no scientific notation, no cut cell
+    assert re.search(r"\d \[\d[\d.]* ?, \d", text) and re.search(r"[+-]\d+\.\d%", text), text[-3000:]
+    assert not re.search(r"\d\.\d+e[+-]\d\d", text) and "Styler object" not in text, text[-3000:]
 
 
 def test_the_explorer_answers_a_moved_widget(lab, browser, shots):
