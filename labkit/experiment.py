@@ -110,6 +110,9 @@ class Experiment:
                 check_name(part, f"part of load {name!r}")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
+        if self.context == "served" and self.protocol.profile_requests:
+            raise BadParameter("a served arm's engine runs inside `vllm serve`, where the lab cannot open a profiler "
+                               "window: set profile_requests=0, or measure the profile with context='serve'")
         if self.protocol.decide_against is not None and self.protocol.decide_against not in self.arms:
             raise BadParameter(f"protocol.decide_against names arm {self.protocol.decide_against!r}, which this "
                                f"experiment does not have; name one of {list(self.arms)} (measured first) or None")

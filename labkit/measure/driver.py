@@ -56,6 +56,14 @@ def read_counters() -> dict[str, float]:
     return totals
 
 
+async def engine_counters(engine) -> dict[str, float]:
+    """read_counters() of the engine in this process, or a served engine's own (its /metrics, read off the
+    event loop so that no token waits for the HTTP round trip)."""
+    if hasattr(engine, "counters"):
+        return await asyncio.to_thread(engine.counters, set(COUNTERS), KV_USAGE_GAUGE)
+    return read_counters()
+
+
 async def _one_request(engine, request: Request, t0: float, sampling: dict, answer: list | None = None) -> dict:
     """Send one request and time every token it streams back; `answer`, when given, receives its token ids."""
     from vllm import SamplingParams
@@ -152,9 +160,9 @@ async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dic
     return rows, max(seconds for _, seconds in done)
 
 
-async def _sample_kv_usage(samples: list[float], interval: float, stop: asyncio.Event):
+async def _sample_kv_usage(engine, samples: list[float], interval: float, stop: asyncio.Event):
     while not stop.is_set():
-        samples.append(read_counters().get(KV_USAGE_GAUGE, 0.0))
+        samples.append((await engine_counters(engine)).get(KV_USAGE_GAUGE, 0.0))
         try:
             await asyncio.wait_for(stop.wait(), interval)
         except asyncio.TimeoutError:
@@ -173,12 +181,12 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     """One timed trial: its per-request rows, and a summary row with throughput, peak KV usage, cores other
     processes kept busy, the engine counters' deltas and, where NVML answers, the GPUs' clocks, temperature,
     power and slowdowns during the trial. `attempt` > 0 measures the trial again with fresh content."""
-    before, others = read_counters(), OtherLoad()
+    before, others = await engine_counters(engine), OtherLoad()
     if gpu_state is not None:
         gpu_state.start()
     kv_samples: list[float] = []
     stop = asyncio.Event()
-    sampler = asyncio.create_task(_sample_kv_usage(kv_samples, protocol.kv_sample_interval_s, stop))
+    sampler = asyncio.create_task(_sample_kv_usage(engine, kv_samples, protocol.kv_sample_interval_s, stop))
     # The client's own garbage (token stamps of every request) must not pause the engine's frontend,
     # which shares this process: collect before the trial, not during it.
     gc.collect()
@@ -190,7 +198,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
         gc.enable()
     stop.set()
     await sampler
-    after = read_counters()
+    after = await engine_counters(engine)
     gpu_columns = gpu_state.stop() if gpu_state is not None else {}
     for row in rows:
         row["trial"] = trial

@@ -183,7 +183,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from labkit.spec.launch import engine_launch
     from labkit.analyze.profiling import find_traces, summary as trace_summary
     from labkit.analyze.stopping import arm_reason, stop_reason, trial_values
-    from labkit.measure.resolved import resolve
+    from labkit.measure.resolved import facts_from_log, resolve
     from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
     from labkit.measure.gpu_state import GpuStateSampler
     from labkit.spec.protocol import Protocol
@@ -197,12 +197,24 @@ async def _measure(job: ArmJob, out: Path) -> None:
     cache_was_warm = bool(job.compile_cache) and any(Path(job.compile_cache).glob("torch_compile_cache/*"))
     _progress(out, stage="starting engine")
     started = time.perf_counter()
-    engine = AsyncLLM.from_engine_args(args, usage_context=usage_context)
+    served = job.context == "served"
+    if served:  # `vllm serve` for this arm, measured over HTTP (labkit.measure.served)
+        from labkit.measure.served import ServedEngine
+
+        engine = await asyncio.to_thread(ServedEngine.start, engine_args["model"], engine_args)
+    else:
+        engine = AsyncLLM.from_engine_args(args, usage_context=usage_context)
     init_s = time.perf_counter() - started
     try:
         sys.stdout.flush()
-        facts = resolve(engine.vllm_config, (out / "engine.log").read_text(errors="replace"), job.platform_kind)
-        sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
+        log_text = (out / "engine.log").read_text(errors="replace")
+        if served:  # the server's configuration is read from its log; its sampling is its own default
+            facts = {**facts_from_log(log_text), "served_url": engine.url, "served_model": engine.model}
+            sampling = {} if protocol.temperature is None else {"temperature": protocol.temperature}
+            engine.sampling = sampling
+        else:
+            facts = resolve(engine.vllm_config, log_text, job.platform_kind)
+            sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
         facts.update(init_s=init_s, context=job.context, usage_context=usage_context.name, sampling=sampling)
         if job.compile_cache:  # a rerun of a launch on this machine and version may reuse what was compiled
             facts["compile_cache"] = "warm" if cache_was_warm else "cold"  # warm: an earlier run compiled there
@@ -264,6 +276,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
         write_json_atomic(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})
     finally:
         try:
+            if served:
+                await engine.close()
             engine.shutdown()
         except Exception:  # results are already safe on disk; a noisy teardown changes nothing
             traceback.print_exc()

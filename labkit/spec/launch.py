@@ -20,6 +20,8 @@ from labkit.spec.workload import Burst, Mix
 
 CONTEXTS = {  # the lab's name -> vLLM's UsageContext member, and the launch it stands for
     "serve": ("OPENAI_API_SERVER", "vllm serve MODEL (the OpenAI-compatible server)"),
+    # the same launch, measured through the server itself: `vllm serve` started for the arm, driven over HTTP
+    "served": ("OPENAI_API_SERVER", "vllm serve MODEL started for the arm and measured over HTTP"),
     "offline": ("LLM_CLASS", "vllm.LLM(MODEL).generate(...) (offline batch inference)"),
 }
 DEFAULT_CONTEXT = "serve"
@@ -82,10 +84,16 @@ def launch_command(context: str, model: str, engine_args: dict, variables: dict 
         if note:
             comment = f"{comment}{note}" if comment else note[2:]
         return redact_text(f"LLM(model={model!r}{listed})" + (f"  # {comment}" if comment else ""))
-    words = ["vllm", "serve", model]
-    for key, value in args.items():
+    return redact_text(" ".join([*assignments, shlex.join(["vllm", *serve_argv(model, args)])])) + note
+
+
+def serve_argv(model: str, engine_args: dict) -> list[str]:
+    """`serve MODEL --flag value ...`: the arguments of `vllm serve` for these engine arguments (the model among
+    them is ignored: `model` is the positional one)."""
+    words = ["serve", model]
+    for key, value in engine_args.items():
         flag = "--" + key.replace("_", "-")
-        if key == "disable_log_stats" and value is False:
+        if key == "model" or (key == "disable_log_stats" and value is False):
             continue  # a store-true flag: vllm serve logs its stats unless told otherwise
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag[2:])
@@ -93,7 +101,7 @@ def launch_command(context: str, model: str, engine_args: dict, variables: dict 
             words += [flag, json.dumps(value)]
         else:
             words += [flag, str(value)]
-    return redact_text(" ".join([*assignments, shlex.join(words)])) + note
+    return words
 
 
 def sizes_text(sizes: list[int]) -> str:

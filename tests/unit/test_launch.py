@@ -27,8 +27,8 @@ def experiment(tmp_path, **kwargs):
 
 def test_serve_is_the_default_and_every_context_is_named(tmp_path):
     assert experiment(tmp_path).context == "serve"
-    assert set(CONTEXTS) == {"serve", "offline"}
-    with pytest.raises(BadParameter, match="unknown deployment context 'batch'.*'serve'.*'offline'"):
+    assert set(CONTEXTS) == {"serve", "offline", "served"}
+    with pytest.raises(BadParameter, match="unknown deployment context 'batch'.*'serve'.*'served'.*'offline'"):
         experiment(tmp_path, context="batch")
 
 

