@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import time
 import weakref
 from dataclasses import asdict, dataclass, field
@@ -77,6 +78,9 @@ class Experiment:
     overrides: dict = field(default_factory=launch_overrides)  # knobs that win over every arm's own
     arm_timeout_s: float = 1800.0
     results_dir: str | Path | None = None
+    # a vLLM server already running (http://HOST:PORT): measured as it is, nothing started or stopped; one arm
+    # without knobs, context "served", and `model` the one it serves (its tokenizer's vocabulary draws the prompts)
+    server_url: str | None = None
     platform: Platform = field(default_factory=current_platform)
     # the first arm's worker, started by the plan: {"planned": (arm, launch, spec), "worker": ArmWorker or None}
     _early: dict | None = field(default=None, init=False, repr=False, compare=False)
@@ -110,6 +114,8 @@ class Experiment:
                 check_name(part, f"part of load {name!r}")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
+        if self.server_url is not None:
+            raise_problems("a running server as the target", self._target_problems())
         if self.context == "served" and self.protocol.profile_requests:
             raise BadParameter("a served arm's engine runs inside `vllm serve`, where the lab cannot open a profiler "
                                "window: set profile_requests=0, or measure the profile with context='serve'")
@@ -125,6 +131,18 @@ class Experiment:
             self.model = default_model(self.platform)
         check_model(self.model)
         self.store = ExperimentStore(self.name, self.results_dir)
+
+    def _target_problems(self) -> list[str]:
+        """What a running server as the target cannot have: knobs (it runs as it was started), another context."""
+        problems = [] if isinstance(self.server_url, str) and re.fullmatch(r"https?://[^/\s:]+:\d+/?", self.server_url) \
+            else [f"server_url must be http://HOST:PORT, got {self.server_url!r}"]
+        if self.context != "served":
+            problems.append(f"context must be 'served' (the server is measured over HTTP), got {self.context!r}")
+        knobbed = [arm for arm, knobs in self.arms.items() if knobs] + (["base"] if self.base else [])
+        if len(self.arms) != 1 or knobbed or self.overrides:
+            problems.append("the server runs as it was started: give one arm with no knobs, e.g. "
+                            "arms={'current': {}}, and no base or overrides" + (f" (knobs in {knobbed})" if knobbed else ""))
+        return problems
 
     def _knob_problems(self) -> list[str]:
         """Every bad knob of the base, the overrides and each arm, named once each: a fix for all in one go."""
@@ -292,6 +310,9 @@ class Experiment:
             if not plan.not_applicable:
                 self._check_lengths(plan, ref, arm)
         check_multicast_off(where="the shell's environment (the arm workers inherit it)")
+        if self.server_url is not None:  # before any worker starts: is there a vLLM server to measure?
+            from labkit.measure.served import check_server
+            check_server(self.server_url)
         with self.store.lock():  # one writer per experiment, from the resume check to the last arm
             todo = []
             for arm, plan in plans.items():
@@ -352,7 +373,7 @@ class Experiment:
         arm, launch, spec = planned
         job = ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
                      self.context, arm_variables=spec.get("variables", {}),
-                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)))
+                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)), server_url=self.server_url)
         return ArmWorker(job, self.store.new_workdir(arm), release_within_s)
 
     def _reference(self, arm: str) -> dict | None:

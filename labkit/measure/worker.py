@@ -35,6 +35,7 @@ class ArmJob:
     compile_cache: str | None = None  # VLLM_CACHE_ROOT for this machine and vLLM version, unless the user set one
     # the protocol's reference arm (decide_against) as measured earlier: load -> headline metric -> per-trial values
     reference: dict | None = None
+    server_url: str | None = None  # a running server to measure as it is (nothing started or stopped)
 
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
@@ -201,7 +202,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
     if served:  # `vllm serve` for this arm, measured over HTTP (labkit.measure.served)
         from labkit.measure.served import ServedEngine
 
-        engine = await asyncio.to_thread(ServedEngine.start, engine_args["model"], engine_args)
+        engine = (await asyncio.to_thread(ServedEngine.attach, job.server_url) if job.server_url else
+                  await asyncio.to_thread(ServedEngine.start, engine_args["model"], engine_args))
     else:
         engine = AsyncLLM.from_engine_args(args, usage_context=usage_context)
     init_s = time.perf_counter() - started
@@ -209,7 +211,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
         sys.stdout.flush()
         log_text = (out / "engine.log").read_text(errors="replace")
         if served:  # the server's configuration is read from its log; its sampling is its own default
-            facts = {**facts_from_log(log_text), "served_url": engine.url, "served_model": engine.model}
+            facts = {**facts_from_log(log_text), "served_url": engine.url, "served_model": engine.model,
+                     **engine.described()}
             sampling = {} if protocol.temperature is None else {"temperature": protocol.temperature}
             engine.sampling = sampling
         else:

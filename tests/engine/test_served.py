@@ -47,3 +47,42 @@ def test_the_server_ends_with_the_arm_port_freed_nothing_left(served):
             if p.info["cmdline"] and "vllm.entrypoints.cli.main" in " ".join(p.info["cmdline"])
             and str(port) in p.info["cmdline"]]
     assert left == []
+
+
+@pytest.fixture(scope="module")
+def running_server():
+    """A server someone else started (here: the test, with the tiny model's launch)."""
+    from labkit.measure.served import ServedEngine
+    from labkit.spec.models import resolve_model
+
+    probe = lk.Experiment("probe", {"default": {}}, lk.Workload.closed_loop(4, 16, 4, 2), model="tiny-llama",
+                          context="served", base={"enforce_eager": True})
+    args = probe._engine_args(probe.plans()["default"], resolve_model("tiny-llama"))
+    server = ServedEngine.start(args["model"], args)
+    yield server
+    server.shutdown()
+
+
+def test_a_running_server_is_measured_as_it_is_and_left_running(running_server, tmp_path):
+    import urllib.request
+
+    exp = lk.Experiment("target", {"current": {}}, lk.Workload.closed_loop(REQUESTS, PROMPT_LEN, OUTPUT_LEN, CLIENTS),
+                        model="tiny-llama", context="served", server_url=running_server.url,
+                        protocol=lk.Protocol(trials=1, warmup_requests=2), results_dir=tmp_path)
+    results = exp.run(progress=False)
+    arm = results.arms.set_index("arm").loc["current"]
+    assert arm.status == "complete", results.facts("cause")
+    assert arm.served_url == running_server.url and "tiny-llama" in str(arm.server_models)  # what it serves
+    assert (results.requests.output_tokens == OUTPUT_LEN).all() and len(results.requests) == REQUESTS
+    with urllib.request.urlopen(f"{running_server.url}/health", timeout=5) as answer:
+        assert answer.status == 200  # still serving: the lab started nothing and stopped nothing
+
+
+def test_a_url_where_no_server_answers_is_refused_before_any_worker_starts(tmp_path):
+    from labkit.measure.served import free_port
+
+    exp = lk.Experiment("nobody", {"current": {}}, lk.Workload.closed_loop(4, 16, 4, 2), model="tiny-llama",
+                        context="served", server_url=f"http://127.0.0.1:{free_port()}", results_dir=tmp_path)
+    with pytest.raises(lk.BadParameter, match="no vLLM server answers at http://127.0.0.1:"):
+        exp.run(progress=False)
+    assert not list(tmp_path.glob("nobody/arms/*"))

@@ -51,3 +51,14 @@ def test_a_served_arm_cannot_be_profiled_from_the_lab():
     with pytest.raises(lk.BadParameter, match="served.*profile_requests"):
         lk.Experiment("e", {"a": {}}, lk.Workload.closed_loop(4, 16, 4, 2), context="served",
                       protocol=lk.Protocol(profile_requests=4))
+
+
+def test_a_running_server_as_the_target_takes_no_knobs_and_names_every_problem():
+    with pytest.raises(lk.BadParameter) as caught:
+        lk.Experiment("e", {"a": {"max_num_seqs": 4}, "b": {}}, lk.Workload.closed_loop(4, 16, 4, 2),
+                      server_url="localhost:8000")
+    message = str(caught.value)
+    assert "server_url must be http://HOST:PORT" in message and "context must be 'served'" in message
+    assert "one arm with no knobs" in message and "['a']" in message
+    lk.Experiment("e", {"current": {}}, lk.Workload.closed_loop(4, 16, 4, 2), context="served",
+                  server_url="http://127.0.0.1:8000")  # a good target: nothing refused, nothing contacted yet
