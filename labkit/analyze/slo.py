@@ -16,7 +16,7 @@ import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.spec.numbers import COUNT, POSITIVE, check_number, raise_problems
-from labkit.analyze.stats import METRICS, metric
+from labkit.analyze.stats import METRICS, metric, request_gaps
 from labkit.shown import Facts, shows_whole, whole
 
 Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low, ci_high)
@@ -136,8 +136,9 @@ def goodput(requests, slos: dict[str, float], duration_s: float) -> float:
     for name, limit in slos.items():
         m = metric(name)
         if m.level == "token":
-            per_request = requests[m.column].map(
-                lambda gaps: np.percentile(gaps, m.percentile or 50) if len(gaps) else 0.0)
+            per_request = pd.Series([np.percentile(gaps, m.percentile or 50) if len(gaps) else 0.0
+                                     for gaps in (request_gaps(r, m) for _, r in requests.iterrows())],
+                                    index=requests.index)
         else:
             per_request = requests[m.column]
         ok &= (per_request <= limit).to_numpy()

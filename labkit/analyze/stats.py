@@ -40,6 +40,28 @@ class Metric:
     meaning: str
 
 
+CHUNK_GAPS = "chunk_itl_ms"  # derived from each request's token stamps (labkit.analyze.stats.chunk_gaps)
+
+
+def chunk_gaps(token_s) -> np.ndarray:
+    """A request's gaps between streamed chunks, in ms, from its token stamps: tokens that arrived together
+    (one chunk, one stamp) make one arrival. vllm bench serve's ITL is exactly these gaps (its client stamps
+    each chunk; the first chunk is the TTFT, not a gap)."""
+    stamps = np.asarray(token_s, float)
+    if len(stamps) < 2:
+        return np.array([])
+    arrivals = stamps[np.r_[True, np.diff(stamps) > 0]]
+    return np.diff(arrivals) * 1e3
+
+
+def request_gaps(request, m: "Metric") -> np.ndarray:
+    """One request's gaps (a dict or a row of the requests table) for a token-level metric: its token gaps
+    (TBT), or its chunk gaps (ITL) from its token stamps."""
+    if m.column == CHUNK_GAPS:
+        return chunk_gaps(request["token_s"] if request["token_s"] is not None else [])
+    return np.asarray(request[m.column] if request[m.column] is not None else [], float)
+
+
 def _metrics() -> dict[str, Metric]:
     out = {}
     for name, column, meaning in (("output_tok_s", "output_tok_s", "output tokens per second"),
@@ -56,7 +78,11 @@ def _metrics() -> dict[str, Metric]:
     for prefix, level, column, meaning in (("ttft", "request", "ttft_ms", "time to first token"),
                                            ("tpot", "request", "tpot_ms", "time per output token after the first"),
                                            ("e2e", "request", "e2e_ms", "request latency, end to end"),
-                                           ("tbt", "token", "itl_ms", "gap between consecutive tokens")):
+                                           ("tbt", "token", "itl_ms", "gap between consecutive tokens"),
+                                           # vllm bench serve's ITL: one gap per streamed chunk, so the tokens
+                                           # a chunk carries together are one gap, where TBT counts each token
+                                           ("itl", "token", CHUNK_GAPS, "gap between consecutive streamed "
+                                            "chunks (vllm bench serve's ITL)")):
         out[f"{prefix}_mean_ms"] = Metric(f"{prefix}_mean_ms", level, column, None, True, f"mean {meaning}")
         for q in (50, 90, 99):
             out[f"{prefix}_p{q}_ms"] = Metric(f"{prefix}_p{q}_ms", level, column, q, True, f"P{q} {meaning}")
@@ -95,8 +121,12 @@ def groups(results, arm: str, m: Metric) -> list[np.ndarray]:
     frame = results.requests[results.requests.arm == arm]
     out = []
     for _, trial in frame.groupby("trial"):
-        values = (np.concatenate([np.asarray(v, float) for v in trial[m.column]]) if m.level == "token"
-                  else trial[m.column].to_numpy(float))
+        if m.level != "token":
+            values = trial[m.column].to_numpy(float)
+        else:  # each request's gaps, pooled (a column of lists: read as such, not row by row)
+            source = trial["token_s"] if m.column == CHUNK_GAPS else trial[m.column]
+            gaps = [chunk_gaps(v) if m.column == CHUNK_GAPS else np.asarray(v, float) for v in source]
+            values = np.concatenate(gaps) if gaps else np.array([])
         values = values[~np.isnan(values)]
         if len(values):
             out.append(values)

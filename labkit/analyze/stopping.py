@@ -43,7 +43,7 @@ def trial_values(summary: dict, rows: list[dict], metrics: list[str] = HEADLINE)
             out[name] = float(value) if value is not None else float("nan")
             continue
         if m.level == "token":
-            pooled = [v for row in rows for v in (row.get(m.column) or [])]
+            pooled = [v for row in rows for v in stats.request_gaps(row, m)]
         else:
             pooled = [row.get(m.column) for row in rows]
         values = np.asarray([float("nan") if v is None else v for v in pooled], float)

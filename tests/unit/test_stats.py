@@ -291,3 +291,16 @@ def test_a_percentile_of_trials_too_far_apart_for_a_narrow_window_draws_every_va
     data = [rng.lognormal(size=2000), rng.lognormal(size=2000) * 3]  # the trials' P50s lie far apart
     assert quantile_bootstrap.windowed_replicates(data, 50.0, 100, rng) is None
     assert np.isfinite(stats.replicates(data, stats.METRICS["tbt_p50_ms"], n_boot=100)).all()
+
+
+def test_itl_is_vllm_bench_serves_gap_between_chunks_where_tbt_counts_each_token():
+    """Tokens that arrive in one chunk share a stamp: TBT counts a 0 ms gap for each, ITL (as vllm bench serve's
+    client stamps chunks) one gap per chunk; with one token per chunk the two agree."""
+    stamps = [0.100, 0.110, 0.110, 0.110, 0.125]  # the first chunk, a chunk of three tokens, one more
+    assert np.allclose(stats.chunk_gaps(stamps), [10.0, 15.0])
+    assert np.allclose(stats.chunk_gaps([0.1, 0.2, 0.4]), [100.0, 200.0]) and len(stats.chunk_gaps([0.1])) == 0
+    requests = pd.DataFrame([{"arm": "a", "trial": 0, "token_s": stamps, "itl_ms": list(np.diff(stamps) * 1e3)}])
+    results = Results("r", None, {}, pd.DataFrame([{"arm": "a", "status": "complete"}]), requests, pd.DataFrame(), {})
+    assert np.allclose(stats.groups(results, "a", stats.METRICS["itl_p50_ms"])[0], [10.0, 15.0])
+    assert len(stats.groups(results, "a", stats.METRICS["tbt_p50_ms"])[0]) == 4
+    assert "vllm bench serve" in stats.METRICS["itl_p99_ms"].meaning
