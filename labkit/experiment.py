@@ -134,7 +134,7 @@ class Experiment:
 
     def _target_problems(self) -> list[str]:
         """What a running server as the target cannot have: knobs (it runs as it was started), another context."""
-        problems = [] if isinstance(self.server_url, str) and re.fullmatch(r"https?://[^/\s:]+:\d+/?", self.server_url) \
+        problems = [] if isinstance(self.server_url, str) and re.fullmatch(r"http://[^/\s:]+:\d+/?", self.server_url) \
             else [f"server_url must be http://HOST:PORT, got {self.server_url!r}"]
         if self.context != "served":
             problems.append(f"context must be 'served' (the server is measured over HTTP), got {self.context!r}")
