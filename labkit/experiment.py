@@ -116,7 +116,9 @@ class Experiment:
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
         if self.server_url is not None:
             raise_problems("a running server as the target", self._target_problems())
-        if self.context == "served" and self.protocol.profile_requests:
+        served_arms = self.context == "served" or any({**self.base, **k, **self.overrides}.get("api_server")
+                                                      for k in self.arms.values())
+        if served_arms and self.protocol.profile_requests:
             raise BadParameter("a served arm's engine runs inside `vllm serve`, where the lab cannot open a profiler "
                                "window: set profile_requests=0, or measure the profile with context='serve'")
         if self.protocol.decide_against is not None and self.protocol.decide_against not in self.arms:
@@ -371,8 +373,9 @@ class Experiment:
     def _worker(self, planned: tuple, vocab: int, release_within_s: float | None = None) -> ArmWorker:
         """The arm's worker, started now: it imports, then waits for its turn."""
         arm, launch, spec = planned
+        context = "served" if spec["knobs"].get("api_server") else self.context  # the arm behind vllm serve
         job = ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
-                     self.context, arm_variables=spec.get("variables", {}),
+                     context, arm_variables=spec.get("variables", {}),
                      compile_cache=str(compile_cache(settings.current().compile_cache_dir)), server_url=self.server_url)
         return ArmWorker(job, self.store.new_workdir(arm), release_within_s)
 

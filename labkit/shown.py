@@ -122,3 +122,13 @@ def cell(value: float, low: float, high: float) -> str:
     if not (math.isfinite(low) and math.isfinite(high)):
         return f"{value:.{places}f}"
     return f"{value:.{places}f} [{low:.{places}f}, {high:.{places}f}]"
+
+
+def change(value: float, low: float, high: float) -> str:
+    """A relative change with its interval: '+3.2% [+1.0%, +5.5%]', or the change alone where there is no
+    interval (too few trials)."""
+    if not math.isfinite(value):
+        return "n/a"
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"{value:+.1%}"
+    return f"{value:+.1%} [{low:+.1%}, {high:+.1%}]"

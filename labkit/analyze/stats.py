@@ -427,6 +427,27 @@ def conclusion(record: pd.DataFrame, baseline_arm: str) -> str:
 
 
 @shows_whole
+def differences(results, baseline_arm: str, candidate_arm: str, metrics: list[str],
+                confidence: float = 0.95) -> pd.DataFrame:
+    """Per load and metric: what the candidate adds to the baseline in the metric's own unit (ms, tokens/s),
+    with the bootstrap interval of the difference: e.g. the milliseconds an API server adds to TTFT."""
+    check_numbers("differences", {"confidence": (confidence, PROBABILITY)})
+    alpha = (1 - confidence) / 2
+    rows = []
+    for load, part in results.per_load():
+        if not {baseline_arm, candidate_arm} <= set(part.complete_arms):
+            continue
+        for name in metric_names(metrics, VERDICT_METRICS):
+            m = metric(name)
+            base, cand = groups(part, baseline_arm, m), groups(part, candidate_arm, m)
+            added = replicates(cand, m, seed=2) - replicates(base, m, seed=1)
+            rows.append({"load": load, "metric": name, baseline_arm: point(base, m), candidate_arm: point(cand, m),
+                         "added": point(cand, m) - point(base, m), "added_low": float(np.nanquantile(added, alpha)),
+                         "added_high": float(np.nanquantile(added, 1 - alpha))})
+    return pd.DataFrame(rows)
+
+
+@shows_whole
 def stepwise_contributions(results, metric_name: str, path: list[str]) -> pd.DataFrame:
     """How much of the change from path[0] to path[-1] each step explains (e.g. eager -> compile only ->
     compile + graphs: the share of the gap due to torch.compile and to CUDA graphs)."""

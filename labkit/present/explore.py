@@ -21,6 +21,7 @@ from labkit.errors import BadParameter, LabkitError
 from labkit.suite.runs import experiments_under
 from labkit.present import plots
 from labkit.present.tables import cell, coloured, plain
+from labkit.shown import change as relative
 from labkit.store import Results, load
 
 NONE = "(none)"
@@ -54,7 +55,7 @@ def values_table(results: Results, metric_name: str, reference: str) -> pd.DataF
         r = record[record.arm == arm].iloc[0]
         row = {"arm": arm, metric_name: cell(r.value, r.ci_low, r.ci_high)}
         if arm != reference and pd.notna(r.get("change")):
-            row.update(change=f"{r.change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}]", verdict=r.verdict,
+            row.update(change=relative(r.change, r.change_ci_low, r.change_ci_high), verdict=r.verdict,
                        caution=r.get("caution") if isinstance(r.get("caution"), str) else "")
         else:
             row.update(change="reference", verdict="", caution="")

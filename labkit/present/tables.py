@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit.analyze import noise, stats
-from labkit.shown import cell, decimals  # noqa: F401  (the tables' cell, named here too)
+from labkit.shown import cell, change as relative  # cell: the tables' value cell, read from here too
 
 
 class Table:
@@ -44,7 +44,7 @@ def record_table(record: pd.DataFrame) -> pd.DataFrame:
             row[r.metric] = cell(r.value, r.ci_low, r.ci_high)
             change = getattr(r, "change", float("nan"))
             row[f"{r.metric} change"] = ("reference" if pd.isna(change) else
-                                         f"{change:+.1%} [{r.change_ci_low:+.1%}, {r.change_ci_high:+.1%}] {r.verdict}")
+                                         f"{relative(change, r.change_ci_low, r.change_ci_high)} {r.verdict}")
         notes = part["caution"].dropna().unique() if "caution" in part else []
         if len(notes):
             row["caution"] = "; ".join(notes)

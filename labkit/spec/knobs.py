@@ -236,6 +236,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("custom_all_reduce", "vLLM's own all-reduce kernel for tensor-parallel groups (False: NCCL's all-reduce "
          "for every step)", _boolean,
          _cuda_only("vLLM's custom all-reduce", lambda v: {"disable_custom_all_reduce": not v})),
+    # Not an engine argument: where the arm is measured (labkit.measure.served); its launch is the same.
+    Knob("api_server", "True: the arm runs behind `vllm serve`, measured over HTTP by the lab's client (the API "
+         "server's own cost included)", _boolean, lambda value, platform: {}),
     Knob("environment", "NCCL_*/VLLM_* variables set in this arm's worker only, before vLLM starts (e.g. "
          "NCCL_P2P_DISABLE=1: all-reduce traffic off NVLink)", _arm_variables, _arm_variables_args),
 ]}
@@ -312,7 +315,7 @@ def serve_args(knobs: dict) -> tuple[dict, dict]:
     compilation config, custom_all_reduce=False is disable_custom_all_reduce) and the environment variables."""
     args: dict = {}
     for name, value in knobs.items():
-        if name == "environment":
+        if name in ("environment", "api_server"):  # where the arm runs, not how vLLM is launched
             continue
         flags = getattr(KNOBS[name].to_args, "flags", None) if name in KNOBS else None
         _merge(args, flags(value) if flags else {name: value})

@@ -36,6 +36,9 @@ def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> N
     if context != "offline":
         return
     for arm, knobs in knobs_by_arm.items():
+        if knobs.get("api_server"):
+            raise BadParameter(f"arm {arm!r}: api_server=True measures `vllm serve`, which the offline LLM class "
+                               "is not: use context='serve' (the default) for an in-process against served A/B")
         if knobs.get("data_parallel_size", 1) > 1:
             raise BadParameter(f"arm {arm!r}: the offline LLM class runs no data-parallel replicas (vLLM refuses "
                                f"LLM(data_parallel_size={knobs['data_parallel_size']})); measure replicas with "

@@ -115,6 +115,12 @@ def check_overrides(overrides: dict, notebooks: list[Path]) -> None:
                                f"{[str(p.relative_to(NOTEBOOKS)) for p in notebooks]}; add it to the selection")
 
 
+# The longest a cell may take, by profile: only where every cell is short. A smoke cell takes seconds to a few
+# minutes; one that passes this is stuck (a kernel idle whose reply never reached papermill, seen on a 2-core CI
+# machine), and its notebook runs again. A measuring profile's cells run as long as their arms need.
+CELL_LIMITS_S = {"cpu-smoke": 600}  # whole seconds: nbclient takes an integer
+
+
 def run_suite(selection: list[str] | None = None, profile: str | None = None, run_dir: str | Path | None = None,
               progress: bool = True, overrides: dict | None = None, jobs: int = 1) -> Path:
     """Execute the notebooks, one at a time or `jobs` at once (a CPU's cores split between them, see
@@ -158,38 +164,51 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     if cores == [None]:
         for nb, parameters, knobs in work:
             bar.set_postfix_str(nb.name)
-            _report(bar, nb, run_notebook(nb, run, parameters, knobs, secrets, suite_settings), secrets)
+            _report(bar, nb, run_notebook(nb, run, parameters, knobs, secrets, suite_settings,
+                                          cell_limit_s=CELL_LIMITS_S.get(profile)), secrets)
     else:
-        _run_at_once(work, run, secrets, suite_settings, cores, bar)
+        _run_at_once(work, run, secrets, suite_settings, cores, bar, CELL_LIMITS_S.get(profile))
     bar.close()
     return run
 
 
 def run_notebook(nb: Path, run: Path, parameters: dict, knobs: dict, secrets: list[str], suite_settings,
-                 bind: str | None = None) -> str | None:
+                 bind: str | None = None, cell_limit_s: int | None = None) -> str | None:
     """Execute one notebook into the run folder and write its status record; its error, or None. `bind`
-    (a VLLM_CPU_OMP_THREADS_BIND value) keeps its engines on cores of their own when notebooks run at once."""
+    (a VLLM_CPU_OMP_THREADS_BIND value) keeps its engines on cores of their own when notebooks run at once. A
+    cell past `cell_limit_s` (the profile's CELL_LIMITS_S) fails the attempt, and the notebook runs once more."""
     import papermill
 
-    started, error = time.monotonic(), None
-    try:  # the kernel starts with this notebook's settings (and cores) in its environment
-        with settings.exported(suite_settings.replace(launch_overrides=knobs)), _cores_bound(bind):
-            papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"), parameters=parameters,
-                                       cwd=str(nb.parent), kernel_name="python3", progress_bar=False)
-    except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
-        error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+    started, error, retried = time.monotonic(), None, None
+    for attempt in range(2):
+        try:  # the kernel starts with this notebook's settings (and cores) in its environment
+            with settings.exported(suite_settings.replace(launch_overrides=knobs)), _cores_bound(bind):
+                papermill.execute_notebook(str(nb), str(run / f"{_slug(nb)}.ipynb"), parameters=parameters,
+                                           cwd=str(nb.parent), kernel_name="python3", progress_bar=False,
+                                           execution_timeout=cell_limit_s)
+            error = None
+        except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
+            error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
+            if attempt == 0 and type(exc).__name__ == "CellTimeoutError":
+                # seen on a 2-core machine: a kernel idle, its cell's reply never reaching papermill, which
+                # waits for ever. Arms already measured are read back from the store: a second run is cheap
+                retried = error.splitlines()[0][:300]
+                continue
+        break
     executed = run / f"{_slug(nb)}.ipynb"
     if executed.exists():  # tracebacks and logs in its outputs name this machine's paths
         make_portable(executed, secrets=secrets)
         without_widget_state(executed)
-    _write_status(run, nb, error, time.monotonic() - started, bind, secrets)
+    _write_status(run, nb, error, time.monotonic() - started, bind, secrets, retried)
     return error
 
 
-def _write_status(run: Path, nb: Path, error: str | None, seconds: float, bind: str | None, secrets) -> None:
+def _write_status(run: Path, nb: Path, error: str | None, seconds: float, bind: str | None, secrets,
+                  retried: str | None = None) -> None:
     write_json_atomic(run / f"{_slug(nb)}.status.json",
                       {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
-                       "error": error and portable(error), "seconds": seconds, "cores": bind}, secrets=secrets)
+                       "error": error and portable(error), "seconds": seconds, "cores": bind,
+                       **({"retried_after": portable(retried)} if retried else {})}, secrets=secrets)
 
 
 @contextlib.contextmanager
@@ -215,7 +234,8 @@ def _report(bar, nb: Path, error: str | None, secrets: list[str]) -> None:
         bar.write(redact_text(f"{nb.relative_to(NOTEBOOKS)} failed: {error.splitlines()[0][:200]}", secrets))
 
 
-def _run_at_once(work: list, run: Path, secrets: list[str], suite_settings, cores: list[str], bar) -> None:
+def _run_at_once(work: list, run: Path, secrets: list[str], suite_settings, cores: list[str], bar,
+                 cell_limit_s: int | None = None) -> None:
     """Each notebook in a spawned process of its own, as many at once as there are core groups, each on a
     free group; a process that dies without its status record is recorded as the notebook's failure."""
     import multiprocessing
@@ -230,7 +250,7 @@ def _run_at_once(work: list, run: Path, secrets: list[str], suite_settings, core
                 pending.remove(ready)
                 (nb, parameters, knobs), bind = ready, free.pop(0)
                 proc = spawn.Process(target=run_notebook, name=f"labkit-suite-{_slug(nb)}",
-                                     args=(nb, run, parameters, knobs, secrets, suite_settings, bind))
+                                     args=(nb, run, parameters, knobs, secrets, suite_settings, bind, cell_limit_s))
                 proc.start()
                 running[proc.sentinel] = (proc, nb, bind, time.monotonic())
                 bar.set_postfix_str(", ".join(item[1].name for item in running.values()))

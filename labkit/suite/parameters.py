@@ -33,6 +33,8 @@ SMOKE: dict[str, dict] = {
                                             clients=4, requests=12, trials=1, experiment="request-shape-smoke"),
     # 96 + 48 tokens are 2 KV blocks of 1 MiB's 16-token blocks each: preemption from 5 sequences, so
     # the grid has one setting below the onset and one above it
+    "L2_engine/api_server.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, decode_requests=2, clients=4,
+                                       closed_requests=8, burst_requests=8, trials=1, experiment="api-server-smoke"),
     "L2_engine/batch_triangle.ipynb": dict(model="tiny-llama", grid="2,8", clients=8, num_requests=16,
                                            prompt_len=96, output_len=48, kv_cache_mib=1, slo_ms=8.0, trials=2,
                                            experiment="batch-triangle-smoke"),

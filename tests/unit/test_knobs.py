@@ -13,6 +13,7 @@ GOOD_AND_BAD = {
     "cuda_graphs": (False, "yes"),
     "cudagraph_capture_sizes": ([1, 2, 4], [0, 2]),
     "enforce_eager": (True, 1),
+    "api_server": (True, "yes"),
     "attention_backend": ("FLASH_ATTN", "FLASH_ATTENTION_9000"),
     "max_num_seqs": (32, 0),
     "max_num_batched_tokens": (2048, -5),

@@ -62,3 +62,13 @@ def test_a_running_server_as_the_target_takes_no_knobs_and_names_every_problem()
     assert "one arm with no knobs" in message and "['a']" in message
     lk.Experiment("e", {"current": {}}, lk.Workload.closed_loop(4, 16, 4, 2), context="served",
                   server_url="http://127.0.0.1:8000")  # a good target: nothing refused, nothing contacted yet
+
+
+def test_an_api_server_arm_is_a_served_arm_of_the_same_launch(tmp_path):
+    exp = lk.Experiment("e", {"in_process": {}, "api_server": {"api_server": True}}, lk.Workload.closed_loop(4, 16, 4, 2),
+                        model="tiny-llama", results_dir=tmp_path)
+    plans = exp.plan_table(defaults=False, prepare=False).set_index("arm")
+    assert plans.loc["api_server", "launch"] == plans.loc["in_process", "launch"]  # the same `vllm serve` line
+    with pytest.raises(lk.BadParameter, match="api_server=True measures `vllm serve`"):
+        lk.Experiment("e", {"a": {"api_server": True}}, lk.Workload(4, lk.Fixed(16), lk.Fixed(4), lk.Burst()),
+                      context="offline")

@@ -304,3 +304,15 @@ def test_itl_is_vllm_bench_serves_gap_between_chunks_where_tbt_counts_each_token
     assert np.allclose(stats.groups(results, "a", stats.METRICS["itl_p50_ms"])[0], [10.0, 15.0])
     assert len(stats.groups(results, "a", stats.METRICS["tbt_p50_ms"])[0]) == 4
     assert "vllm bench serve" in stats.METRICS["itl_p99_ms"].meaning
+
+
+def test_differences_are_in_the_metrics_own_unit_with_an_interval():
+    gen = np.random.default_rng(1)
+    rows = [{"arm": arm, "load": "c4", "trial": t, "ttft_ms": float(base + gen.normal(0, 0.5)), "request": i}
+            for arm, base in (("a", 20.0), ("b", 26.0)) for t in range(3) for i in range(30)]
+    results = Results("r", None, {}, pd.DataFrame([{"arm": a, "status": "complete"} for a in "ab"]),
+                      pd.DataFrame(rows), pd.DataFrame([{"arm": a, "load": "c4", "trial": t} for a in "ab" for t in range(3)]), {})
+    table = stats.differences(results, "a", "b", ["ttft_p50_ms"])
+    row = table.iloc[0]
+    assert row.load == "c4" and 5.5 < row.added < 6.5 and row.added_low < row.added < row.added_high
+    assert row.added_high - row.added_low < 1.0

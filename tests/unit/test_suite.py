@@ -139,3 +139,28 @@ def test_the_explorer_waits_for_the_notebooks_before_it_when_notebooks_run_at_on
     assert suite.may_start(cache, order, {quickstart, cache})  # measuring notebooks start as cores free up
     assert not suite.may_start(explore, order, {quickstart, explore})  # the store it reads is being written
     assert suite.may_start(explore, order, {explore, cache})  # those after it do not hold it back
+
+
+def test_a_stuck_cell_fails_its_attempt_at_the_profiles_limit_and_the_notebook_runs_once_more(tmp_path, monkeypatch):
+    """A real kernel: the first attempt's cell outlasts the limit (as a cell whose reply never comes), the
+    second finishes; the status says it was retried and why."""
+    import json as _json
+
+    import nbformat
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    cell = nbformat.v4.new_code_cell("x: int = 1")
+    cell.metadata["tags"] = ["parameters"]
+    body = ("import os, time\nfirst = not os.path.exists('attempted')\nopen('attempted', 'w').close()\n"
+            "time.sleep(60 if first else 0)")
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_code_cell(body)])
+    nb.metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    nbformat.write(nb, folder / "slow.ipynb")
+    monkeypatch.setattr(suite, "NOTEBOOKS", folder)
+    run = tmp_path / "run"
+    run.mkdir()
+    error = suite.run_notebook(folder / "slow.ipynb", run, {}, {}, [], settings.current(), cell_limit_s=3)
+    status = _json.loads((run / "slow.status.json").read_text())
+    assert error is None and status["status"] == "ok", status
+    assert status["retried_after"].startswith("CellTimeoutError") and status["seconds"] < 50
