@@ -24,8 +24,10 @@ def number(value) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
-    if value == 0 or abs(value) >= 1000:
-        return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 1000 else f"{value:.4g}"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
     places = max(0, 3 - math.floor(math.log10(abs(value))))
     return f"{value:.{min(places, 8)}f}".rstrip("0").rstrip(".") if places else f"{value:.0f}"
 
@@ -43,17 +45,17 @@ class Whole(pd.DataFrame):
     def _constructor(self):
         return Whole
 
-    def _numbered(self) -> bool:
-        """Is the index only the row numbers 0..n-1? Then it says nothing and is not shown."""
+    def _index_says_something(self) -> bool:
+        """False for an index of the row numbers 0..n-1 only: it says nothing, and is not shown."""
         return not (isinstance(self.index, pd.RangeIndex) and self.index.start == 0 and self.index.step == 1)
 
     def _repr_html_(self):
         with _options():
-            return self.to_html(index=self._numbered(), notebook=True, max_rows=MAX_ROWS, float_format=number)
+            return self.to_html(index=self._index_says_something(), notebook=True, max_rows=MAX_ROWS, float_format=number)
 
     def __repr__(self):
         with _options():
-            return self.to_string(index=self._numbered(), max_rows=MAX_ROWS, float_format=number)
+            return self.to_string(index=self._index_says_something(), max_rows=MAX_ROWS, float_format=number)
 
 
 def whole(frame: pd.DataFrame) -> Whole:
