@@ -114,19 +114,19 @@ class Experiment:
                 check_name(part, f"part of load {name!r}")
         if not isinstance(self.protocol, Protocol):
             raise BadParameter(f"protocol must be a labkit Protocol, got {type(self.protocol).__name__}")
-        if self.server_url is not None:
-            raise_problems("a running server as the target", self._target_problems())
-        served_arms = self.context == "served" or any({**self.base, **k, **self.overrides}.get("api_server")
-                                                      for k in self.arms.values())
-        if served_arms and self.protocol.profile_requests:
-            raise BadParameter("a served arm's engine runs inside `vllm serve`, where the lab cannot open a profiler "
-                               "window: set profile_requests=0, or measure the profile with context='serve'")
         if self.protocol.decide_against is not None and self.protocol.decide_against not in self.arms:
             raise BadParameter(f"protocol.decide_against names arm {self.protocol.decide_against!r}, which this "
                                f"experiment does not have; name one of {list(self.arms)} (measured first) or None")
         for arm in self.arms:
             check_name(arm, "arm")
         raise_problems(f"Experiment {self.name!r}", self._knob_problems())
+        if self.server_url is not None:  # after the knobs' check: base and arms are dicts of known knobs
+            raise_problems("a running server as the target", self._target_problems())
+        served_arms = self.context == "served" or any({**self.base, **k, **self.overrides}.get("api_server")
+                                                      for k in self.arms.values())
+        if served_arms and self.protocol.profile_requests:
+            raise BadParameter("a served arm's engine runs inside `vllm serve`, where the lab cannot open a profiler "
+                               "window: set profile_requests=0, or measure the profile with context='serve'")
         check_context(self.context, {arm: {**self.base, **knobs, **self.overrides} for arm, knobs in self.arms.items()},
                       self.loads)
         if self.model == "auto":
