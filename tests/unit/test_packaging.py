@@ -40,3 +40,10 @@ def test_ci_runs_the_readmes_test_command():
     ci_commands = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
                    if line.strip() and not line.lstrip().startswith(("#", "set ", "cd ", "export "))]
     assert ci_commands == ["make test"]
+
+
+def test_every_test_module_has_a_name_of_its_own():
+    """The test folders are not packages: pytest imports each module by its file name, so two of one name in
+    different folders stop the whole run at collection (a clean clone's make test did)."""
+    names = [path.name for path in (ROOT / "tests").glob("*/test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
