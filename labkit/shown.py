@@ -32,6 +32,11 @@ def number(value) -> str:
     return f"{value:.{min(places, 8)}f}".rstrip("0").rstrip(".") if places else f"{value:.0f}"
 
 
+def signed(value) -> str:
+    """number() with its sign: '+21.2', '-9.4'."""
+    return ("+" if value > 0 else "") + number(float(value))
+
+
 def _options():
     return pd.option_context("display.max_colwidth", None, "display.max_columns", None, "display.width", 250,
                              "display.max_rows", MAX_ROWS, "display.float_format", number)

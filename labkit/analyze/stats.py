@@ -54,12 +54,18 @@ def chunk_gaps(token_s) -> np.ndarray:
     return np.diff(arrivals) * 1e3
 
 
+def _gaps_source(m: "Metric") -> tuple[str, callable]:
+    """Where a token-level metric's gaps of one request come from: the column read, and how it becomes gaps."""
+    if m.column == CHUNK_GAPS:
+        return "token_s", chunk_gaps
+    return m.column, lambda values: np.asarray(values, float)
+
+
 def request_gaps(request, m: "Metric") -> np.ndarray:
     """One request's gaps (a dict or a row of the requests table) for a token-level metric: its token gaps
     (TBT), or its chunk gaps (ITL) from its token stamps."""
-    if m.column == CHUNK_GAPS:
-        return chunk_gaps(request["token_s"] if request["token_s"] is not None else [])
-    return np.asarray(request[m.column] if request[m.column] is not None else [], float)
+    column, to_gaps = _gaps_source(m)
+    return to_gaps(request[column] if request[column] is not None else [])
 
 
 def _metrics() -> dict[str, Metric]:
@@ -124,8 +130,8 @@ def groups(results, arm: str, m: Metric) -> list[np.ndarray]:
         if m.level != "token":
             values = trial[m.column].to_numpy(float)
         else:  # each request's gaps, pooled (a column of lists: read as such, not row by row)
-            source = trial["token_s"] if m.column == CHUNK_GAPS else trial[m.column]
-            gaps = [chunk_gaps(v) if m.column == CHUNK_GAPS else np.asarray(v, float) for v in source]
+            column, to_gaps = _gaps_source(m)
+            gaps = [to_gaps(v) for v in trial[column]]
             values = np.concatenate(gaps) if gaps else np.array([])
         values = values[~np.isnan(values)]
         if len(values):

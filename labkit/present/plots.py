@@ -15,7 +15,7 @@ import seaborn as sns
 
 from labkit.analyze.stats import METRICS, metric, summarize
 from labkit.errors import BadParameter
-from labkit.shown import number
+from labkit.shown import number, signed
 from labkit.spec.numbers import POSITIVE, check_numbers
 
 WIDTH_IN = 10.0  # a JupyterLab notebook's output width at matplotlib's 100 dpi: every figure uses all of it
@@ -229,7 +229,7 @@ def waterfall(path: pd.DataFrame, metric_name: str):
         else:
             good = (row.value < 0) == lower_is_better
             ax.bar(i, row.value, bottom=start, color="tab:green" if good else "tab:red", alpha=0.8)
-            top, text = max(start, start + row.value), f"{'+' if row.value > 0 else ''}{number(float(row.value))} alone"
+            top, text = max(start, start + row.value), f"{signed(row.value)} alone"
         ax.annotate(text, (i, top), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.axhline(start, color="0.55", linewidth=0.8, linestyle=":")
     ax.set_xticks(range(len(shown)), [wrap_label(s) for s in shown.step], fontsize=8)
@@ -240,8 +240,8 @@ def waterfall(path: pd.DataFrame, metric_name: str):
     combined = path[path.step.str.startswith("combined")]
     if len(combined):
         together = float(combined.value.iloc[0]) - start
-        title += (f"\ntogether the changes moved it {'+' if together > 0 else ''}{number(together)}; "
-                  f"one at a time they add up to {'+' if alone > 0 else ''}{number(float(alone))}")
+        title += (f"\ntogether the changes moved it {signed(together)}; "
+                  f"one at a time they add up to {signed(alone)}")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

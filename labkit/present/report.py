@@ -15,7 +15,7 @@ from labkit.suite.baseline import DAMAGED, caution
 from labkit.suite.runs import readable, suite_meta
 from labkit.files import make_portable
 from labkit.redact import redact
-from labkit.shown import number
+from labkit.shown import change, number
 
 _STYLE = """<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;
 font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}.regression{background:#f8d0d0}
@@ -32,13 +32,13 @@ def _figure(fig) -> str:
 
 def _verdict_table(comparison: pd.DataFrame) -> str:
     """The comparison with the baseline, one row per experiment, load, arm and metric, regressions first: both
-    values rounded, the change in percent with its interval in one cell (`+3.2 % [+1.0, +5.5]`)."""
+    values rounded, the change in percent with its interval in one cell (`+3.2% [+1.0%, +5.5%]`, as every table)."""
     if comparison is None or comparison.empty:
         return "<p>No baseline for this hardware yet: pin this run with <code>labkit baseline RUN</code>.</p>"
     order = {DAMAGED: 0, "regression": 1, "missing in this run": 2, "improvement": 3, "new: no baseline": 4}
     table = comparison.assign(_o=comparison.verdict.map(order).fillna(9)).sort_values("_o").drop(columns="_o")
     if {"change", "ci_low", "ci_high"} <= set(table.columns):
-        changes = [change_cell(c, lo, hi) for c, lo, hi in zip(table.change, table.ci_low, table.ci_high)]
+        changes = [change(c, lo, hi) if not _blank(c) else "" for c, lo, hi in zip(table.change, table.ci_low, table.ci_high)]
         at = list(table.columns).index("change")
         table = table.drop(columns=["change", "ci_low", "ci_high"])
         table.insert(at, "change [95 % interval]", changes)
@@ -49,15 +49,6 @@ def _verdict_table(comparison: pd.DataFrame) -> str:
         rows.append(f'<tr class="{row.verdict}">{cells}</tr>')
     head = "".join(f"<th>{c}</th>" for c in table.columns)
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
-
-
-def change_cell(change: float, low: float, high: float) -> str:
-    """A relative change in percent with its interval: '+3.2 % [+1.0, +5.5]' ('' where there is none)."""
-    if _blank(change):
-        return ""
-    if _blank(low) or _blank(high):
-        return f"{change:+.1%}".replace("%", " %")
-    return f"{100 * change:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 def _blank(value) -> bool:

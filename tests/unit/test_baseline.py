@@ -86,7 +86,7 @@ def test_exit_status_and_report(tmp_path):
     assert cli.main(["compare", str(worse), "--baseline", str(base)]) == cli.EXIT_REGRESSION
     report = (worse / "report.html").read_text()
     assert 'class="regression"' in report and "<img src=\"data:image/png;base64," in report
-    assert "change [95 % interval]" in report and re.search(r"<td>[+-]\d+\.\d % \[[+-]\d+\.\d, [+-]\d+\.\d\]</td>", report)
+    assert "change [95 % interval]" in report and re.search(r"<td>[+-]\d+\.\d% \[[+-]\d+\.\d%, [+-]\d+\.\d%\]</td>", report)
     assert "ci_low" not in report  # the change and its interval in one cell, in percent
     assert cli.main(["compare", str(same), "--baseline", str(base)]) == 0
     (same / "x.status.json").write_text(json.dumps({"notebook": "x", "status": "failed", "error": "boom"}))
