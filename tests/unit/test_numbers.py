@@ -148,9 +148,10 @@ def test_a_length_log_with_an_impossible_line_is_refused(tmp_path, text):
 # ---- knobs -------------------------------------------------------------------------------------------
 KNOB_RULES = {"max_num_seqs": "count", "max_num_batched_tokens": "count", "kv_cache_memory_bytes": "count",
               "max_model_len": "count", "tensor_parallel_size": "count", "data_parallel_size": "count",
-              "gpu_memory_utilization": "fraction"}
+              "api_server_count": "count", "gpu_memory_utilization": "fraction"}
 KNOB_VALID = {"max_num_seqs": 8, "max_num_batched_tokens": 4096, "kv_cache_memory_bytes": 1 << 30,
-              "max_model_len": 2048, "tensor_parallel_size": 1, "data_parallel_size": 1, "gpu_memory_utilization": 1}
+              "max_model_len": 2048, "tensor_parallel_size": 1, "data_parallel_size": 1, "api_server_count": 1,
+              "gpu_memory_utilization": 1}
 
 
 def test_every_numeric_knob_has_a_rule():
