@@ -44,7 +44,16 @@ def _options():
 
 class Whole(pd.DataFrame):
     """A DataFrame that shows whole: no cell, column or short table cut, numbers rounded. Frames derived from
-    it (`.round()`, `.loc[...]`, a selection of columns) show the same way."""
+    it (`.round()`, `.loc[...]`, a selection of columns) show the same way.
+
+    A headline table (`with_detail`) also carries a sentence above it and a detail table behind it: in HTML the
+    detail is a collapsed `<details>` block under the table (no widget: it survives papermill, a committed
+    notebook and a static HTML page), in plain text it follows the table, so the text form loses nothing. A
+    frame derived from a headline is a table of its own: it carries neither."""
+
+    _caption = ""  # one sentence above the table
+    _detail = None  # the table behind this one, or None
+    _detail_summary = ""  # the line that opens it
 
     @property
     def _constructor(self):
@@ -56,11 +65,20 @@ class Whole(pd.DataFrame):
 
     def _repr_html_(self):
         with _options():
-            return self.to_html(index=self._index_says_something(), notebook=True, max_rows=MAX_ROWS, float_format=number)
+            table = self.to_html(index=self._index_says_something(), notebook=True, max_rows=MAX_ROWS, float_format=number)
+        caption = f"<p>{html.escape(self._caption)}</p>" if self._caption else ""
+        if self._detail is None:
+            return caption + table
+        return (f"{caption}{table}<details><summary>{html.escape(self._detail_summary)}</summary>"
+                f"{whole(self._detail)._repr_html_()}</details>")
 
     def __repr__(self):
         with _options():
-            return self.to_string(index=self._index_says_something(), max_rows=MAX_ROWS, float_format=number)
+            table = self.to_string(index=self._index_says_something(), max_rows=MAX_ROWS, float_format=number)
+        parts = [self._caption, table] if self._caption else [table]
+        if self._detail is not None:
+            parts += ["", f"{self._detail_summary}:", repr(whole(self._detail))]
+        return "\n".join(parts)
 
 
 def whole(frame: pd.DataFrame) -> Whole:
@@ -69,6 +87,18 @@ def whole(frame: pd.DataFrame) -> Whole:
         return frame
     shown = Whole(frame)
     shown.attrs = dict(frame.attrs)
+    return shown
+
+
+def with_detail(headline: pd.DataFrame, detail: pd.DataFrame | None, summary: str, caption: str = "") -> Whole:
+    """A short headline table with the full one behind it: `caption` above the headline, `detail` collapsed
+    under it in HTML (opened by `summary`) and printed after it as text. No detail: the headline alone."""
+    shown = Whole(headline)  # a new frame: the headline's own attributes, whatever `headline` carried
+    shown.attrs = dict(headline.attrs)
+    object.__setattr__(shown, "_caption", caption)
+    if detail is not None:
+        object.__setattr__(shown, "_detail", detail)
+        object.__setattr__(shown, "_detail_summary", summary)
     return shown
 
 

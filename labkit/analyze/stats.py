@@ -386,7 +386,9 @@ def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float =
                 entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict,
                              caution=c.caution)
             rows.append(entry)
-    return pd.DataFrame(rows)
+    record = pd.DataFrame(rows)
+    record.attrs["reference"] = baseline_arm  # the arm the changes are against (labkit.present.tables)
+    return record
 
 
 def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from labkit.analyze import noise, stats
-from labkit.shown import cell, change as relative  # cell: the tables' value cell, read from here too
+from labkit.shown import Whole, cell, change as relative, whole, with_detail  # cell: the tables' value cell, read from here too
 
 
 class Table:
@@ -33,23 +33,87 @@ def with_intervals(summary: pd.DataFrame, arms: list[str]) -> pd.DataFrame:
     return table.loc[metrics, [a for a in arms if a in table.columns]].rename_axis(columns=None)
 
 
-def record_table(record: pd.DataFrame) -> pd.DataFrame:
-    """stats.ab_record as one row per load and arm (in the record's order): per metric its value with the
-    interval, and for each compared arm the change with its interval and the verdict, in one cell each; a
-    caution column (GPU clocks, host load) only where the machine moved between the arms."""
+def reference_arm(record: pd.DataFrame) -> str | None:
+    """The arm a record compares against: the one ab_record names, else the first arm with no verdict."""
+    if record.attrs.get("reference"):
+        return record.attrs["reference"]
+    judged = set(record.dropna(subset=["verdict"]).arm) if "verdict" in record else set()
+    return next((a for a in dict.fromkeys(record.arm) if a not in judged), None)
+
+
+def _judged(r) -> bool:
+    return isinstance(getattr(r, "verdict", None), str)
+
+
+def _notes(part: pd.DataFrame) -> str:
+    return "; ".join(part["caution"].dropna().unique()) if "caution" in part else ""
+
+
+def record_table(record: pd.DataFrame, metrics: list[str] | None = None) -> Whole:
+    """stats.ab_record at a glance: one row per load and compared arm (in the record's order), for each metric
+    (`metrics`, default: all the record holds) the change against the reference arm in percent with its 95 %
+    interval and the verdict, in one cell; a caution column (GPU clocks, host load) only where the machine
+    moved between the arms. Behind it (collapsed in HTML, after it as text), `record_detail`: every load, arm
+    and metric with its value. A record with nothing compared shows its values instead."""
+    keys = [k for k in ("load", "arm") if k in record]
+    names = list(metrics) if metrics else list(dict.fromkeys(record.metric))
+    reference = reference_arm(record)
+    detail = record_detail(record)
     rows = []
-    for (load, arm), part in record.groupby(["load", "arm"], sort=False):
-        row = {"load": load, "arm": arm}
-        for r in part.itertuples():
-            row[r.metric] = cell(r.value, r.ci_low, r.ci_high)
-            change = getattr(r, "change", float("nan"))
-            row[f"{r.metric} change"] = ("reference" if pd.isna(change) else
-                                         f"{relative(change, r.change_ci_low, r.change_ci_high)} {r.verdict}")
-        notes = part["caution"].dropna().unique() if "caution" in part else []
-        if len(notes):
-            row["caution"] = "; ".join(notes)
+    for key, part in record.groupby(keys, sort=False):
+        judged = [r for r in part.itertuples() if _judged(r) and r.metric in names]
+        if not judged:  # the reference arm, or an arm of a load without it: its values are in the detail
+            continue
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        for r in judged:
+            row[f"{r.metric} vs {reference}"] = f"{relative(r.change, r.change_ci_low, r.change_ci_high)} {r.verdict}"
+        if notes := _notes(part):
+            row["caution"] = notes
         rows.append(row)
-    return pd.DataFrame(rows).set_index(["load", "arm"])
+    if not rows:  # nothing compared: the values are the headline
+        return with_detail(_values(record, names, keys), None, "",
+                           f"Values with their 95 % intervals; nothing was compared with {reference}.")
+    headline = pd.DataFrame(rows)
+    if "caution" in headline:
+        headline["caution"] = headline["caution"].fillna("")
+    headline = headline.set_index(keys).fillna("not compared")
+    caption = (f"Change against {reference} in % with its 95 % interval, and the verdict, per "
+               f"{' and '.join(keys)}; every value is in the detail below.")
+    return with_detail(headline, detail, f"Every value, change and verdict ({len(detail)} rows: one per "
+                       f"{', '.join(keys)} and metric)", caption)
+
+
+def record_detail(record: pd.DataFrame) -> Whole:
+    """stats.ab_record in full for people: one row per load, arm and metric (in the record's order), the
+    value with its 95 % interval, the change against the reference with its interval, the verdict, and a
+    caution column only where the machine moved; the reference arm's rows say so, with no empty cells."""
+    reference = reference_arm(record)
+    keys = [k for k in ("load", "arm", "metric") if k in record]
+    rows = []
+    for r in record.itertuples():
+        row = {k: getattr(r, k) for k in keys}
+        row["value [95 % interval]"] = cell(r.value, r.ci_low, r.ci_high)
+        judged = _judged(r)
+        row[f"change vs {reference} [95 % interval]"] = (relative(r.change, r.change_ci_low, r.change_ci_high)
+                                                          if judged else "reference" if r.arm == reference else "")
+        row["verdict"] = r.verdict if judged else ""
+        if "caution" in record and isinstance(getattr(r, "caution", None), str):
+            row["caution"] = r.caution
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if "caution" in table:
+        table["caution"] = table["caution"].fillna("")
+    return whole(table.set_index(keys))
+
+
+def _values(record: pd.DataFrame, names: list[str], keys: list[str]) -> pd.DataFrame:
+    """One row per load and arm: each metric's value with its 95 % interval."""
+    rows = []
+    for key, part in record.groupby(keys, sort=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        row.update({r.metric: cell(r.value, r.ci_low, r.ci_high) for r in part.itertuples() if r.metric in names})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(keys).fillna("n/a")
 
 
 ADVICE_COLOURS = {stats.BETTER: "background-color: #c8e6c9", stats.WORSE: "background-color: #ffcdd2",

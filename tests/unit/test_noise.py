@@ -194,7 +194,7 @@ def test_the_record_table_and_the_explorer_table_carry_the_caution_only_where_th
     noisy, quiet = results_of(QUICKSTART), results_of({"a": ([100.0, 101.0, 99.0], [0.1] * 3),
                                                        "b": ([88.3, 89.0, 87.6], [0.1] * 3)})
     table = record_table(stats.ab_record(noisy, "max_num_seqs=8", ["output_tok_s"]))
-    assert table.loc[("default", "max_num_seqs=32"), "output_tok_s change"].endswith(stats.TOO_NOISY)
+    assert table.loc[("default", "max_num_seqs=32"), "output_tok_s vs max_num_seqs=8"].endswith(stats.TOO_NOISY)
     assert table.loc[("default", "max_num_seqs=32"), "caution"].startswith("host load")
     assert "caution" not in record_table(stats.ab_record(quiet, "a", ["output_tok_s"]))
     explored = values_table(noisy, "output_tok_s", "max_num_seqs=8")

@@ -39,3 +39,16 @@ def test_the_labs_tables_come_back_whole():
     table = found.table()
     assert list(table.max_num_seqs) == [8, 16] and list(table.meets) == ["yes", "no"]
     assert list(table["tbt_p99_ms (upper end)"]) == [21.0, 65.0]
+
+
+def test_a_headline_carries_its_caption_and_its_detail_in_html_and_text_but_a_derived_frame_does_not():
+    from labkit.shown import with_detail
+    detail = pd.DataFrame({"arm": ["eager"], "launch": [LAUNCH]})
+    shown = with_detail(pd.DataFrame({"arm": ["eager"], "init_s": [398.3909]}), detail, "every launch", "A sentence.")
+    page, text = shown._repr_html_(), repr(shown)
+    assert page.startswith("<p>A sentence.</p>") and "398.4" in page.split("<details>")[0]
+    assert "<details><summary>every launch</summary>" in page and LAUNCH in page.split("<details>")[1]
+    assert text.splitlines()[0] == "A sentence." and text.index("398.4") < text.index("every launch:") < text.index(LAUNCH)
+    derived = shown[["init_s"]]
+    assert isinstance(derived, Whole) and "<details>" not in derived._repr_html_() and LAUNCH not in repr(derived)
+    assert "<details>" not in with_detail(detail, None, "", "")._repr_html_()
