@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from labkit import settings
@@ -322,7 +323,37 @@ def _complete_arm(folder: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
             tables.append(pd.read_parquet(folder / f"{table}.parquet"))
         except Exception as exc:  # pyarrow raises several types for a missing or truncated file
             raise DamagedStore(f"{folder / (table + '.parquet')} cannot be read ({type(exc).__name__}: {exc})") from None
-    return meta, tables[0], tables[1]
+    return meta, with_token_gaps(tables[0]), tables[1]
+
+
+# A request's tokens as stored: each token's stamp in s from the trial's start (`token_s`, the clock's own
+# resolution). The gaps between consecutive tokens (`itl_ms`, what TBT reads) are the same information, so they
+# are derived from the stamps (token_gaps) where a table is formed and loaded, and not stored; tables written
+# before this hold both columns, and read as they were.
+STAMPS, GAPS = "token_s", "itl_ms"
+
+
+def token_gaps(token_s) -> np.ndarray:
+    """A request's gaps between consecutive tokens, in ms, from its token stamps (s): tokens that arrived
+    together share a stamp, so their gaps are exactly 0. The stamps are differences on one clock, so these are
+    bit for bit the gaps taken between the clock's own readings."""
+    stamps = np.asarray(token_s if token_s is not None else [], float)
+    return np.diff(stamps) * 1e3 if len(stamps) > 1 else np.array([])
+
+
+def requests_to_store(requests: pd.DataFrame) -> pd.DataFrame:
+    """A requests table as it is written: without the gaps where the stamps they derive from are there."""
+    return requests.drop(columns=GAPS) if STAMPS in requests and GAPS in requests else requests
+
+
+def with_token_gaps(requests: pd.DataFrame) -> pd.DataFrame:
+    """A stored requests table with its gaps column, derived from the stamps where it was not stored (placed
+    before the stamps, where tables that hold both have it)."""
+    if STAMPS not in requests or GAPS in requests:
+        return requests
+    out = requests.copy()
+    out.insert(out.columns.get_loc(STAMPS), GAPS, [token_gaps(stamps) for stamps in out[STAMPS]])
+    return out
 
 
 def load(name: str, root: str | Path | None = None) -> Results:

@@ -13,13 +13,12 @@ import gc
 import itertools
 import time
 
-import numpy as np
-
 from labkit.measure.gpu_state import GpuStateSampler
 from labkit.measure.hostload import OtherLoad
 from labkit.spec.conversation import Conversation
 from labkit.spec.protocol import SAMPLING_KEYS, Protocol, choose_sampling
 from labkit.spec.workload import Burst, Concurrency, Mix, Request, Workload
+from labkit.store import token_gaps
 
 COUNTERS = {  # vLLM metric name -> column in the trial table
     "vllm:num_preemptions": "preemptions",
@@ -84,7 +83,7 @@ async def _one_request(engine, request: Request, t0: float, sampling: dict, answ
         if out.finished:
             finish_reason = completion.finish_reason
             preemptions = int(getattr(out.metrics, "num_preemptions", 0) or 0) if out.metrics else 0
-    gaps = np.diff(stamps) * 1e3 if len(stamps) > 1 else np.array([])
+    token_s = [s - t0 for s in stamps]
     ttft = (stamps[0] - submitted) * 1e3 if stamps else float("nan")
     e2e = (stamps[-1] - submitted) * 1e3 if stamps else float("nan")
     return {
@@ -95,8 +94,8 @@ async def _one_request(engine, request: Request, t0: float, sampling: dict, answ
         "ttft_ms": ttft,
         "tpot_ms": (e2e - ttft) / (len(stamps) - 1) if len(stamps) > 1 else float("nan"),
         "e2e_ms": e2e,
-        "itl_ms": gaps.tolist(),
-        "token_s": [s - t0 for s in stamps],
+        "itl_ms": token_gaps(token_s).tolist(),  # for the stopping rule; the stored table keeps only token_s
+        "token_s": token_s,
         "preemptions": preemptions,
         "finish_reason": finish_reason,
     }

@@ -189,6 +189,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from labkit.measure.gpu_state import GpuStateSampler
     from labkit.spec.protocol import Protocol
     from labkit.spec.workload import Workload
+    from labkit.store import requests_to_store
 
     protocol = Protocol(**job.protocol)
     engine_args = dict(job.engine_args)
@@ -268,7 +269,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
                     facts["profile_summary"] = trace_summary(traces[0])
                 except Exception as exc:  # noqa: BLE001
                     facts["profile_summary"] = {"not_analysed": f"{type(exc).__name__}: {exc}"}
-        write_table(pd.DataFrame(rows), out / "requests.parquet")
+        write_table(requests_to_store(pd.DataFrame(rows)), out / "requests.parquet")
         write_table(pd.DataFrame(trials), out / "trials.parquet")
         environment = fingerprint()
         environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()

@@ -5,11 +5,16 @@ import re
 import subprocess
 import sys
 
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from labkit.errors import BadParameter, DamagedStore, StoreConflict, StoreUnwritable
-from labkit.store import ExperimentStore, check_name, load
+from labkit.files import write_table
+from labkit.store import ExperimentStore, check_name, load, requests_to_store, token_gaps, with_token_gaps
 
 SPEC_A = {"knobs": {"max_num_seqs": 8}, "workload": {"num_requests": 4}, "model": "tiny-llama"}
 
@@ -310,3 +315,45 @@ def test_clean_work_keeps_the_folder_about_to_be_taken_over(tmp_path):
     early = store.new_workdir("first")  # this process's: cleared, unless it is the plan's early worker
     assert store.clean_work(keep=early) == [] and early.exists()
     assert store.clean_work() == [early] and not early.exists()
+
+
+REPO = Path(__file__).resolve().parents[2]
+# Six requests of the committed H200 cuda-graphs evidence (arm eager) as they were first stored, with both the
+# token stamps and the gaps; four of them hold a zero gap (two tokens streamed in one chunk).
+BOTH_COLUMNS = Path(__file__).parent / "data" / "h200-cuda-graphs-eager-requests.parquet"
+
+
+def test_the_gaps_derived_from_the_stamps_are_the_stored_ones_bit_for_bit():
+    """On real numbers: the gaps token_gaps derives from the stored stamps equal the gaps the driver stored
+    (zero gaps included), and the committed store, which keeps the stamps only, loads those same gaps."""
+    stored = pd.read_parquet(BOTH_COLUMNS)
+    assert len(stored) == 6 and sum(int((np.asarray(g) == 0).sum()) for g in stored.itl_ms) == 4
+    for stamps, gaps in zip(stored.token_s, stored.itl_ms):
+        derived = token_gaps(stamps)
+        assert derived.dtype == np.float64 and np.array_equal(derived, gaps)  # not just within the rounding: equal
+    committed = REPO / "data/baselines/h200/results/cuda-graphs/arms/eager/requests.parquet"
+    assert "token_s" in pq.read_schema(committed).names
+    eager = with_token_gaps(pd.read_parquet(committed)).set_index(["load", "trial", "request"])
+    for row in stored.itertuples():
+        loaded = eager.loc[(row.load, row.trial, row.request)]
+        assert np.array_equal(loaded.token_s, row.token_s) and np.array_equal(loaded.itl_ms, row.itl_ms)
+
+
+def test_a_table_with_both_columns_and_one_with_the_stamps_only_load_alike(tmp_path):
+    stored = pd.read_parquet(BOTH_COLUMNS)
+    store = ExperimentStore("exp", root=tmp_path)
+    store.begin({})
+    for arm, table in (("old", stored), ("new", requests_to_store(stored))):
+        work = store.new_workdir(arm)
+        write_table(table, work / "requests.parquet")
+        pd.DataFrame({"trial": [0], "output_tok_s": [1.0]}).to_parquet(work / "trials.parquet")
+        (work / "engine.log").write_text("")
+        store.commit_arm(arm, work, _meta(arm))
+    assert "itl_ms" not in pq.read_schema(tmp_path / "exp" / "arms" / "new" / "requests.parquet").names
+    requests = load("exp", tmp_path).requests
+    old, new = (requests[requests.arm == arm].reset_index(drop=True).drop(columns="arm") for arm in ("old", "new"))
+    assert list(old.columns) == list(new.columns) == list(stored.columns)  # the gaps where they were, before the stamps
+    lists = ["itl_ms", "token_s"]
+    pd.testing.assert_frame_equal(old.drop(columns=lists), new.drop(columns=lists), check_exact=True)
+    for column in lists:
+        assert all(np.array_equal(a, b) for a, b in zip(old[column], new[column]))
