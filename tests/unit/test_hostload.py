@@ -1,7 +1,10 @@
 """The host's other load: CPU time of processes outside this one and its descendants."""
+import os
 import subprocess
 import sys
 import time
+
+import pytest
 
 from labkit.measure.hostload import OtherLoad
 
@@ -21,7 +24,12 @@ def test_a_stranger_spinning_counts_and_our_own_work_does_not():
     child.wait()
     assert own.cores() < background + 0.5
 
-    # a process that is not our descendant (started by a shell that exits at once): someone else's load
+    # a process that is not our descendant (started by a shell that exits at once): someone else's load.
+    # Its load shows only where a core is free for it: with every core already busy the host's busy time
+    # cannot grow, whoever spins (seen with other test runs beside this one on 2 cores: 2.00 cores busy)
+    if background > (os.cpu_count() or 1) - 0.6:
+        pytest.skip(f"other processes keep {background:.2f} of {os.cpu_count()} cores busy: no free core for a "
+                    "stranger's load to show on")
     subprocess.run(["sh", "-c", f"{sys.executable} -c '{SPIN.format(s=1.5)}' >/dev/null 2>&1 &"], check=True)
     time.sleep(0.1)
     stranger = OtherLoad()
