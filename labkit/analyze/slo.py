@@ -20,6 +20,7 @@ from labkit.analyze.stats import METRICS, metric, request_gaps
 from labkit.shown import Facts, shows_whole, whole
 
 Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low, ci_high)
+EXAMPLE_SLOS = {"ttft_p99_ms": 500, "tpot_p50_ms": 50}
 
 
 @dataclass
@@ -56,14 +57,19 @@ class SloResult:
 
 
 def check_slos(slos: dict[str, float]) -> None:
-    """Reject an empty set of SLOs, a metric that is not a latency, or a limit that is not positive."""
-    if not slos:
-        raise BadParameter("give at least one SLO, e.g. {'tbt_p99_ms': 50}")
-    for name in slos:
-        if not metric(name).lower_is_better:
-            raise BadParameter(f"{name} is not a latency (higher is better); SLOs are upper limits on latencies, "
-                               f"e.g. {[m for m in METRICS if m.endswith('_ms')][:4]}")
-    check_slo_limits(slos)
+    """Reject an empty set of SLOs, a name that is no metric or no latency, and a limit that is not a positive,
+    finite number: one BadParameter naming every problem, so one correction fixes them all."""
+    if not slos or not isinstance(slos, dict):
+        raise BadParameter(f"give at least one SLO as a dict of metric -> limit, e.g. {EXAMPLE_SLOS}; got {slos!r}")
+    latencies = [m for m in METRICS if m.endswith("_ms")]
+    problems = []
+    for name, limit in slos.items():
+        if name not in METRICS:
+            problems.append(f"{name!r} is no metric; SLOs limit latencies: {latencies}")
+        elif not METRICS[name].lower_is_better or not name.endswith("_ms"):
+            problems.append(f"{name!r} is not a latency; SLOs are upper limits on latencies, e.g. {latencies[:4]}")
+        problems.append(check_number(f"SLO {name}", limit, **POSITIVE))
+    raise_problems("SLOs", problems)
 
 
 def check_slo_limits(slos: dict[str, float]) -> None:

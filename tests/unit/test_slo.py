@@ -80,3 +80,17 @@ def test_stored_points_answer_with_the_searchs_rule_the_prefix_that_meets_backed
     assert none.answer is None and "1 already violates tbt_p99_ms" in none.note
     loose = from_points(measured, {"tbt_p99_ms": 100})
     assert loose.answer == 8 and loose.largest_meeting == 16 and "extend the grid" in loose.note
+
+
+def test_a_bad_set_of_slos_is_refused_naming_every_problem_at_once():
+    with pytest.raises(BadParameter) as refused:
+        slo.check_slos({"nonsense": 1, "output_tok_s": 100, "preemptions": 2, "tbt_p99_ms": 0, "ttft_p99_ms": -3,
+                        "e2e_p99_ms": float("nan"), "tpot_p50_ms": 20})
+    said = str(refused.value)
+    assert "6 problems" in said
+    for name in ("'nonsense' is no metric", "'output_tok_s' is not a latency", "'preemptions' is not a latency",
+                 "SLO tbt_p99_ms must be", "SLO ttft_p99_ms must be", "SLO e2e_p99_ms must be"):
+        assert name in said, said
+    assert "tpot_p50_ms" not in said.replace("'tpot_p50_ms'", "")  # the good one is not named as a problem
+    with pytest.raises(BadParameter, match="at least one SLO"):
+        slo.check_slos({})
