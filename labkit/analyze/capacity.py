@@ -180,7 +180,7 @@ def _capacity(arm: str, unit: str, gpus: int, slos: dict[str, float], measured: 
         why = (f"at the smallest measured load, {amount(smallest, unit)}, {found.binding_constraint} is already over "
                f"its limit" if measured else "no load of this arm was measured")
         return Capacity(arm, unit, None, None, None, gpus, dict(slos), f"{NO_CAPACITY}: {why}")
-    binding = (f"{found.binding_constraint} fails first above {amount(found.largest_meeting, unit)}"
+    binding = (f"above {amount(found.largest_meeting, unit)} {found.binding_constraint} goes over its limit first"
                if found.binding_constraint else "")
     note = "; ".join(n for n in (binding, found.note) if n)
     return Capacity(arm, unit, found.answer, found.answer, found.largest_meeting, gpus, dict(slos), note)
@@ -226,6 +226,7 @@ def replicas_needed(capacities, users: float | None = None, rate: float | None =
                        gpus_high=pd.NA, note=c.note if c.note.startswith(NO_CAPACITY) else f"{NO_CAPACITY}: {c.note}")
         rows.append(row)
     table = pd.DataFrame(rows)
+    table[table.columns[1]] = table[table.columns[1]].astype("Float64")  # no capacity: <NA>, like its replicas
     for column in ("replicas", "replicas_low", "replicas_high", "gpus", "gpus_low", "gpus_high"):
         table[column] = table[column].astype("Int64")
     asked = f"{demand:g} concurrent clients" if unit == CLIENTS else f"{demand:g} requests/s"

@@ -73,7 +73,7 @@ def test_capacity_from_stored_concurrencies_is_the_slo_searchs_answer_with_its_b
     # default: TPOT P99 up to 16 clients stays under 6.5 ms (c16's interval ends at 5.1), c64's reaches 7.2
     assert (found["default"].value, found["default"].low, found["default"].high) == (8, 8, 16)
     assert found["default"].unit == "clients" and found["default"].gpus_per_engine == 1
-    assert "tpot_p99_ms fails first above 16 clients" in found["default"].note
+    assert "above 16 clients tpot_p99_ms goes over its limit first" in found["default"].note
     # the same answer the rule gives on the same summaries
     measured = {}
     for load, clients in capacity.load_points(graphs).items():
