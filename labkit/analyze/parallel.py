@@ -7,6 +7,7 @@ with a threshold), so a difference inside the noise is called noise, not a verdi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -97,23 +98,26 @@ def tp_rule(results, baseline: str = "tp1", candidate: str = "tp2", metrics=LATE
 
 
 def gpus_per_arm(results) -> pd.DataFrame:
-    """tp, dp and GPUs in use per arm: vLLM's resolved sizes where recorded, else the knobs asked for."""
+    """tp, pp, dp and the GPUs one launch of each arm takes: every data-parallel replica holds its own tensor x
+    pipeline group, so tp x pp x dp (as labkit.spec.knobs.gpus_needed counts them before a launch; that module
+    reads the machine, which an analysis never imports). vLLM's resolved sizes where recorded, else the knobs
+    asked for, else 1."""
     arms = results.arms
     rows = []
     for _, row in arms.iterrows():
         sizes = {}
-        for name in ("tensor_parallel_size", "data_parallel_size"):
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             value = row.get(name)
             if value is None or pd.isna(value):
                 value = row.get(f"knob.{name}")
             sizes[name] = int(value) if value is not None and not pd.isna(value) else 1
-        rows.append({"arm": row["arm"], "tp": sizes["tensor_parallel_size"], "dp": sizes["data_parallel_size"],
-                     "gpus": sizes["tensor_parallel_size"] * sizes["data_parallel_size"]})
-    return pd.DataFrame(rows, columns=["arm", "tp", "dp", "gpus"])
+        rows.append({"arm": row["arm"], "tp": sizes["tensor_parallel_size"], "pp": sizes["pipeline_parallel_size"],
+                     "dp": sizes["data_parallel_size"], "gpus": math.prod(sizes.values())})
+    return pd.DataFrame(rows, columns=["arm", "tp", "pp", "dp", "gpus"])
 
 
 def throughput_per_gpu(results) -> pd.DataFrame:
-    """Output tokens per second per GPU (output_tok_s / (tp x dp)) with its CI, for one load; arms that did
+    """Output tokens per second per GPU (output_tok_s / (tp x pp x dp)) with its CI, for one load; arms that did
     not run here are listed with their status and reason."""
     sizes = gpus_per_arm(results).set_index("arm")
     summary = stats.summarize(results, ["output_tok_s"]).set_index("arm")

@@ -5,6 +5,9 @@ values that meet an SLO form a prefix. A binary search finds its end in about lo
 each start is expensive, so every measurement is kept and reused. A point meets the SLOs only when the
 upper end of each metric's confidence interval is within its limit (noise counts against the setting),
 and the answer backs off one notch from the largest meeting value, for headroom.
+
+Goodput is the throughput of the requests that met every SLO, each request held to its own values
+(`meets_slos`): per load and arm with intervals over trials (`goodput_by_load`), reported beside throughput.
 """
 from __future__ import annotations
 
@@ -15,11 +18,13 @@ import numpy as np
 import pandas as pd
 
 from labkit.errors import BadParameter
-from labkit.spec.numbers import COUNT, POSITIVE, check_number, raise_problems
+from labkit.spec.numbers import COUNT, POSITIVE, PROBABILITY, check_number, check_numbers, raise_problems
+from labkit.analyze import stats
 from labkit.analyze.stats import METRICS, metric, request_gaps
 from labkit.shown import Facts, shows_whole, whole
 
 Measurement = dict[str, tuple[float, float, float]]  # metric -> (value, ci_low, ci_high)
+EXAMPLE_SLOS = {"ttft_p99_ms": 500, "tpot_p50_ms": 50}
 
 
 @dataclass
@@ -56,14 +61,19 @@ class SloResult:
 
 
 def check_slos(slos: dict[str, float]) -> None:
-    """Reject an empty set of SLOs, a metric that is not a latency, or a limit that is not positive."""
-    if not slos:
-        raise BadParameter("give at least one SLO, e.g. {'tbt_p99_ms': 50}")
-    for name in slos:
-        if not metric(name).lower_is_better:
-            raise BadParameter(f"{name} is not a latency (higher is better); SLOs are upper limits on latencies, "
-                               f"e.g. {[m for m in METRICS if m.endswith('_ms')][:4]}")
-    check_slo_limits(slos)
+    """Reject an empty set of SLOs, a name that is no metric or no latency, and a limit that is not a positive,
+    finite number: one BadParameter naming every problem, so one correction fixes them all."""
+    if not slos or not isinstance(slos, dict):
+        raise BadParameter(f"give at least one SLO as a dict of metric -> limit, e.g. {EXAMPLE_SLOS}; got {slos!r}")
+    latencies = [m for m in METRICS if m.endswith("_ms")]
+    problems = []
+    for name, limit in slos.items():
+        if name not in METRICS:
+            problems.append(f"{name!r} is no metric; SLOs limit latencies: {latencies}")
+        elif not METRICS[name].lower_is_better or not name.endswith("_ms"):
+            problems.append(f"{name!r} is not a latency; SLOs are upper limits on latencies, e.g. {latencies[:4]}")
+        problems.append(check_number(f"SLO {name}", limit, **POSITIVE))
+    raise_problems("SLOs", problems)
 
 
 def check_slo_limits(slos: dict[str, float]) -> None:
@@ -129,32 +139,85 @@ def from_points(measured: dict[int, Measurement], slos: dict[str, float]) -> Slo
     return SloResult(grid[max(0, meeting - 1)], grid[meeting], 0, binding, dict(measured), note, from_store=len(grid))
 
 
-def goodput(requests, slos: dict[str, float], duration_s: float) -> float:
-    """Requests per second that met every per-request SLO (TTFT, TPOT, E2E, and TBT as the request's own
-    P99 gap): throughput that users experienced as good."""
+def meets_slos(requests: pd.DataFrame, slos: dict[str, float]) -> np.ndarray:
+    """Per request, whether it met every SLO: the one definition of a good request. A request-level limit
+    (TTFT, TPOT, E2E) holds the request's own value, whatever percentile the name says (`ttft_p99_ms: 200`:
+    this request's TTFT within 200 ms); a token-level one (TBT, ITL) holds the request's own percentile of its
+    gaps (`tbt_p99_ms: 50`: the P99 of this request's token gaps within 50 ms; ITL its streamed-chunk gaps). A
+    request without gaps (one token) meets a gap limit; one without a value (NaN) meets no limit on it."""
+    check_slos(slos)
     ok = np.ones(len(requests), dtype=bool)
     for name, limit in slos.items():
         m = metric(name)
         if m.level == "token":
-            per_request = pd.Series([np.percentile(gaps, m.percentile or 50) if len(gaps) else 0.0
-                                     for gaps in (request_gaps(r, m) for _, r in requests.iterrows())],
-                                    index=requests.index)
+            stat = (lambda g: float(np.mean(g))) if m.percentile is None else (lambda g: float(np.percentile(g, m.percentile)))
+            per_request = np.array([stat(gaps) if len(gaps) else 0.0
+                                    for gaps in (request_gaps(r, m) for r in requests.to_dict("records"))])
         else:
-            per_request = requests[m.column]
-        ok &= (per_request <= limit).to_numpy()
-    return float(ok.sum() / duration_s) if duration_s > 0 else float("nan")
+            per_request = requests[m.column].to_numpy(float)
+        ok &= per_request <= limit
+    return ok
+
+
+def trial_goodput(requests: pd.DataFrame, slos: dict[str, float], duration_s: float) -> dict[str, float]:
+    """One trial's goodput from its requests and its measured duration: requests/s and output tokens/s of the
+    requests that met every SLO (`meets_slos`), and their share of the trial's requests in %."""
+    good = meets_slos(requests, slos)
+    if not duration_s > 0 or not len(requests):
+        return {name: float("nan") for name in GOODPUT_METRICS}
+    return {"goodput_request_s": float(good.sum() / duration_s),
+            "goodput_output_tok_s": float(requests.output_tokens.to_numpy(float)[good].sum() / duration_s),
+            "good_pct": float(100 * good.mean())}
+
+
+def goodput(requests: pd.DataFrame, slos: dict[str, float], duration_s: float) -> float:
+    """Requests per second that met every per-request SLO (`meets_slos`): throughput users experienced as good."""
+    return float(meets_slos(requests, slos).sum() / duration_s) if duration_s > 0 else float("nan")
+
+
+# Goodput beside the throughput it is part of: each a mean over trials, like stats' trial-level metrics.
+GOODPUT_METRICS = {
+    "goodput_request_s": "requests per second that met every SLO",
+    "goodput_output_tok_s": "output tokens per second of the requests that met every SLO",
+    "good_pct": "share of the requests that met every SLO, %",
+}
+THROUGHPUT_METRICS = ("request_s", "output_tok_s")
 
 
 @shows_whole
-def goodput_by_arm(results, slos: dict[str, float]) -> pd.DataFrame:
-    """Per arm: mean request throughput and goodput (requests/s within every SLO) over the trials."""
+def goodput_by_load(results, slos: dict[str, float], confidence: float = 0.95) -> pd.DataFrame:
+    """Per load and complete arm, throughput beside goodput, each the mean over trials with its bootstrap
+    interval over trials (stats.replicates of a trial-level metric; NaN bounds with fewer than two trials):
+    `request_s` and `output_tok_s` (all requests), `goodput_request_s` and `goodput_output_tok_s` (only the
+    requests that met every SLO, per request as `meets_slos` says) and `good_pct` (their share of requests,
+    %). Each metric comes with `_low` and `_high` columns; `trials` counts the trials behind the row."""
+    check_slos(slos)
+    check_numbers("goodput_by_load", {"confidence": (confidence, PROBABILITY)})
+    alpha = (1 - confidence) / 2
+    names = [*THROUGHPUT_METRICS, *GOODPUT_METRICS]
     rows = []
-    for arm in results.complete_arms:
-        trials = results.trials[results.trials.arm == arm]
-        req = results.requests[results.requests.arm == arm]
-        good = [goodput(req[req.trial == t.trial], slos, t.duration_s) for t in trials.itertuples()]
-        rows.append({"arm": arm, "request_s": trials.request_s.mean(), "goodput_request_s": float(np.mean(good))})
-    return pd.DataFrame(rows)
+    for load, part in results.per_load():
+        for arm in part.complete_arms:
+            trials = part.trials[part.trials.arm == arm]
+            requests = part.requests[part.requests.arm == arm]
+            per_trial = pd.DataFrame([{**{n: getattr(t, n) for n in THROUGHPUT_METRICS},
+                                       **trial_goodput(requests[requests.trial == t.trial], slos, t.duration_s)}
+                                      for t in trials.itertuples()], columns=names)
+            row = {"load": load, "arm": arm, "trials": len(per_trial)}
+            for name in names:
+                values = per_trial[name].dropna().to_numpy(float)
+                reps = stats.replicates([values], stats.Metric(name, "trial", name, None, False, name))
+                enough = len(values) >= 2  # one trial has no spread: its "interval" would have zero width
+                row.update({name: float(values.mean()) if len(values) else float("nan"),
+                            f"{name}_low": float(np.nanquantile(reps, alpha)) if enough else float("nan"),
+                            f"{name}_high": float(np.nanquantile(reps, 1 - alpha)) if enough else float("nan")})
+            rows.append(row)
+    columns = ["load", "arm", "trials", *[f"{n}{s}" for n in names for s in ("", "_low", "_high")]]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# The name the batch-triangle notebooks call it by: the same table (one row per arm where there is one load).
+goodput_by_arm = goodput_by_load
 
 
 def preemption_onset(results, arms: dict[str, int], footprint_tokens: int) -> dict:

@@ -21,7 +21,7 @@ from labkit.errors import BadParameter, LabkitError
 from labkit.suite.runs import experiments_under
 from labkit.present import plots
 from labkit.present.tables import cell, coloured, plain
-from labkit.shown import change as relative
+from labkit.shown import change as relative, whole
 from labkit.store import Results, load
 
 NONE = "(none)"
@@ -84,19 +84,27 @@ def slo_answer(results: Results, metric_name: str, limit: float, summary: pd.Dat
     summary = (summary if summary is not None else stats.summarize(results, [metric_name])).set_index("arm")
     found = slo.from_points({b: {metric_name: tuple(summary.loc[arm, ["value", "ci_low", "ci_high"]])}
                              for arm, b in batches.items()}, {metric_name: limit})
-    goodput = slo.goodput_by_arm(results, {metric_name: limit}).set_index("arm")
+    goodput = slo.goodput_by_load(results, {metric_name: limit})
     return {"answer": found.answer, "largest_meeting": found.largest_meeting, "binding": found.binding_constraint,
-            "goodput_request_s": goodput.goodput_request_s.round(2).to_dict(),
+            "goodput_request_s": goodput.set_index("arm").goodput_request_s.round(2).to_dict(),
             "goodput": goodput_table(goodput, found.answer),
             "sentence": f"{stats.metric(metric_name).meaning} <= {limit:.3g} ms: " + found.sentence()}
 
 
+GOODPUT_COLUMNS = {"request_s": "requests/s", "goodput_request_s": "goodput (requests/s)",
+                   "goodput_output_tok_s": "goodput (output tokens/s)", "good_pct": "share good (%)"}
+
+
 def goodput_table(goodput: pd.DataFrame, answer: int | None) -> pd.DataFrame:
-    """Per arm: requests/s and the requests/s that met the SLO (goodput), the recommended arm marked."""
-    table = goodput.reset_index().rename(columns={"request_s": "requests/s", "goodput_request_s": "goodput (requests/s)"})
-    table["share good"] = [f"{g / r:.0%}" if r else "" for g, r in zip(table["goodput (requests/s)"], table["requests/s"])]
+    """Per arm (and load, where there are several): requests/s, the requests/s and output tokens/s that met
+    the SLO (goodput) and the share of requests that met it, each "value [low, high]" with its 95 % interval
+    over trials (slo.goodput_by_load); the recommended arm marked."""
+    keys = ["load", "arm"] if goodput.load.nunique() > 1 else ["arm"]
+    table = goodput[keys].copy()
+    for name, shown in GOODPUT_COLUMNS.items():
+        table[shown] = [cell(v, lo, hi) for v, lo, hi in zip(goodput[name], goodput[f"{name}_low"], goodput[f"{name}_high"])]
     table["recommended"] = ["yes" if answer is not None and arm == f"max_num_seqs={answer}" else "" for arm in table.arm]
-    return table.round(2)
+    return whole(table.reset_index(drop=True))
 
 
 def root_label(relative: Path) -> str:

@@ -124,6 +124,24 @@ def metric_by_load(results, metric_name: str, loads: list[str] | None = None):
     return fig
 
 
+def label_points(ax, points: list[tuple[str, float, float]], joiner: str = " = ", near: tuple[float, float] = (0.03, 0.03),
+                 **style):
+    """Name each (name, x, y) point beside it; points within `near` (shares of the axes' x and y spans, read
+    once the data is drawn) are one place on the plot and share one label ("64 = 128 = default"), so labels
+    never run together."""
+    span_x = float(np.ptp(ax.get_xlim())) * near[0]
+    span_y = float(np.ptp(ax.get_ylim())) * near[1]
+    groups: list[list] = []
+    for name, px, py in points:
+        near_by = next((g for g in groups if abs(g[1] - px) < span_x and abs(g[2] - py) < span_y), None)
+        if near_by:
+            near_by[0].append(name)
+        else:
+            groups.append([[name], px, py])
+    for labels, px, py in groups:
+        ax.annotate(joiner.join(labels), (px, py), fontsize=8, xytext=(5, 3), textcoords="offset points", **style)
+
+
 def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: float | None = None):
     """Throughput against tail latency, one point per batch setting; settings that preempted are red crosses.
     Points that land on each other share one label ("64 = 128 = default"), so labels never run together."""
@@ -135,17 +153,7 @@ def batch_triangle(results, arms: dict[str, int], x: str = "tbt_p99_ms", slo: fl
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 4.6))
     for _, px, py, hot in points:
         ax.scatter(px, py, color="tab:red" if hot else "tab:blue", marker="x" if hot else "o")
-    span_x = np.ptp([p[1] for p in points]) or 1.0
-    span_y = np.ptp([p[2] for p in points]) or 1.0
-    groups: list[list] = []  # points within 3 % of both axes' spans are one place on the plot
-    for name, px, py, _ in points:
-        near = next((g for g in groups if abs(g[1] - px) < 0.03 * span_x and abs(g[2] - py) < 0.03 * span_y), None)
-        if near:
-            near[0].append(name)
-        else:
-            groups.append([[name], px, py])
-    for labels, px, py in groups:
-        ax.annotate(" = ".join(labels), (px, py), fontsize=8, xytext=(5, 3), textcoords="offset points")
+    label_points(ax, [(name, px, py) for name, px, py, _ in points])
     handles = [Line2D([], [], marker="x", color="tab:red", linestyle="none", label="preempted requests")]
     if slo:
         handles.insert(0, ax.axvline(slo, color="gray", linestyle="--", label=f"SLO: {x} = {slo:g}"))
@@ -243,5 +251,43 @@ def waterfall(path: pd.DataFrame, metric_name: str):
         title += (f"\ntogether the changes moved it {signed(together)}; "
                   f"one at a time they add up to {signed(alone)}")
     ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def pareto(points: pd.DataFrame):
+    """The Pareto front (labkit.analyze.pareto.pareto_points): output tokens/s per GPU against output tokens/s
+    per user, one point per arm and load with both 95 % intervals, labelled "arm · load" (the arm alone where
+    there is one load, named in the title). The front's points
+    are joined from the fastest per user to the most per GPU; dominated points are faded (another point is at
+    least as fast per user and gives at least as much per GPU)."""
+    from labkit.analyze.pareto import point_name
+
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 4.6))
+    for is_dominated, style in ((True, dict(color="0.6", alpha=0.45)), (False, dict(color="tab:blue"))):
+        part = points[points.dominated == is_dominated]
+        ax.errorbar(part.output_tok_s_per_user, part.output_tok_s_per_gpu,
+                    xerr=[part.output_tok_s_per_user - part.output_tok_s_per_user_low,
+                          part.output_tok_s_per_user_high - part.output_tok_s_per_user],
+                    yerr=[part.output_tok_s_per_gpu - part.output_tok_s_per_gpu_low,
+                          part.output_tok_s_per_gpu_high - part.output_tok_s_per_gpu],
+                    marker="o", linestyle="none", capsize=2, **style)
+    front = points[~points.dominated].sort_values("output_tok_s_per_user")
+    ax.plot(front.output_tok_s_per_user, front.output_tok_s_per_gpu, color="tab:blue", linewidth=1.2)
+    ax.margins(x=0.2, y=0.08)  # room for the labels right of the points
+    one_load = points.load.nunique() == 1  # then the load is said once, in the title
+    for is_dominated, colour in ((True, "0.5"), (False, "black")):
+        part = points[points.dominated == is_dominated]
+        # a label runs right of its point: points level with each other and near along x share one
+        label_points(ax, [(r.arm if one_load else point_name(r.arm, r.load), r.output_tok_s_per_user,
+                           r.output_tok_s_per_gpu) for r in part.itertuples()], near=(0.15, 0.04), color=colour)
+    handles = [Line2D([], [], color="tab:blue", marker="o", label="the Pareto front"),
+               Line2D([], [], color="0.6", alpha=0.45, marker="o", linestyle="none",
+                      label="dominated: another point is\nfaster per user and gives\nmore per GPU")]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside, never on the data
+    ax.set_xlabel("output tokens per second per user (1000 / median TPOT)")
+    ax.set_ylabel("output tokens per second per GPU")
+    each = f"one point per arm (load {points.load.iloc[0]})" if one_load else "one point per arm and load"
+    ax.set_title(f"Throughput per GPU against speed per user, {each}, with 95 % intervals", fontsize=10)
     fig.tight_layout()
     return fig

@@ -55,7 +55,12 @@ def test_a_batch_triangle_gets_an_slo_slider_that_recomputes_the_answer():
     assert loose["answer"] == batches[-2] and loose["largest_meeting"] == batches[-1]  # backed off one notch
     assert tight["answer"] is None and "no max_num_seqs on the grid meets the SLOs" in tight["sentence"]
     assert set(loose["goodput_request_s"]) == set(triangle.arms.value)
-    assert list(loose["goodput"].columns) == ["arm", "requests/s", "goodput (requests/s)", "share good", "recommended"]
+    assert list(loose["goodput"].columns) == ["arm", "requests/s", "goodput (requests/s)", "goodput (output tokens/s)",
+                                              "share good (%)", "recommended"]
+    assert all(" [" in c for c in loose["goodput"]["goodput (output tokens/s)"])  # each with its 95 % interval
+    # at the loosest limit every request is good: goodput is the throughput, and no request is good at the tightest
+    assert {float(c.split(" ")[0]) for c in loose["goodput"]["share good (%)"]} == {100.0}
+    assert set(tight["goodput_request_s"].values()) == {0.0}
     assert "(ms)" in triangle.slo.description and "gap between consecutive tokens" in triangle.slo.description
 
 

@@ -195,3 +195,13 @@ def test_communication_settings_give_a_verdict_on_tpot_or_say_what_did_not_run(g
     assert off.verdict == parallel.NOT_MEASURABLE and "needs an NVIDIA GPU" in off.why
     no_split = parallel.communication_settings(make({"tp2_p2p_off": _arm("tp2_p2p_off", gen)})).set_index("arm")
     assert no_split.loc["tp2_p2p_off", "why"] == "arm 'tp2' is not measured"
+
+
+def test_gpus_per_arm_count_every_replicas_tensor_times_pipeline_group(gen):
+    results = make({"tp1": _arm("tp1", gen)}, skipped={"tp2pp2": "r", "dp2pp2": "r"},
+                   facts={"tp1": {"tensor_parallel_size": 1, "data_parallel_size": 1},
+                          "tp2pp2": {"knob.tensor_parallel_size": 2, "knob.pipeline_parallel_size": 2},
+                          "dp2pp2": {"data_parallel_size": 2, "knob.pipeline_parallel_size": 2}})
+    sizes = parallel.gpus_per_arm(results).set_index("arm")
+    assert sizes.gpus.to_dict() == {"tp1": 1, "tp2pp2": 4, "dp2pp2": 4}
+    assert sizes.loc["dp2pp2", ["tp", "pp", "dp"]].tolist() == [1, 2, 2]

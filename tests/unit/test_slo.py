@@ -80,3 +80,81 @@ def test_stored_points_answer_with_the_searchs_rule_the_prefix_that_meets_backed
     assert none.answer is None and "1 already violates tbt_p99_ms" in none.note
     loose = from_points(measured, {"tbt_p99_ms": 100})
     assert loose.answer == 8 and loose.largest_meeting == 16 and "extend the grid" in loose.note
+
+
+def test_a_bad_set_of_slos_is_refused_naming_every_problem_at_once():
+    with pytest.raises(BadParameter) as refused:
+        slo.check_slos({"nonsense": 1, "output_tok_s": 100, "preemptions": 2, "tbt_p99_ms": 0, "ttft_p99_ms": -3,
+                        "e2e_p99_ms": float("nan"), "tpot_p50_ms": 20})
+    said = str(refused.value)
+    assert "6 problems" in said
+    for name in ("'nonsense' is no metric", "'output_tok_s' is not a latency", "'preemptions' is not a latency",
+                 "SLO tbt_p99_ms must be", "SLO ttft_p99_ms must be", "SLO e2e_p99_ms must be"):
+        assert name in said, said
+    assert "tpot_p50_ms" not in said.replace("'tpot_p50_ms'", "")  # the good one is not named as a problem
+    with pytest.raises(BadParameter, match="at least one SLO"):
+        slo.check_slos({})
+
+
+def test_a_request_is_good_when_it_meets_every_limit_each_on_its_own_values():
+    requests = pd.DataFrame({
+        "ttft_ms": [10.0, 20.0, 300.0, 15.0], "tpot_ms": [5.0, 5.0, 5.0, 50.0], "e2e_ms": [100.0, 900.0, 400.0, 50.0],
+        "itl_ms": [[5, 5, 6], [5, 80, 5], [5, 5], [50, 50]],
+        # stamps: request 0 streams one token per chunk; request 1 gets its tokens in two chunks 0.1 s apart
+        "token_s": [[0.0, 0.005, 0.010, 0.016], [0.0, 0.0, 0.1, 0.1], [0.0, 0.005, 0.01], [0.0, 0.05, 0.1]]})
+    good = lambda slos: slo.meets_slos(requests, slos).tolist()
+    assert good({"ttft_p99_ms": 100}) == [True, True, False, True]  # each request's own TTFT
+    assert good({"tpot_p50_ms": 10}) == [True, True, True, False]
+    assert good({"e2e_p99_ms": 500}) == [True, False, True, True]
+    assert good({"tbt_p99_ms": 40}) == [True, False, True, False]  # each request's own P99 token gap
+    assert good({"tbt_p50_ms": 40}) == [True, True, True, False]  # its median gap: the one 80 ms gap is no median
+    assert good({"itl_p99_ms": 60}) == [True, False, True, True]  # request 1's one chunk gap is 100 ms
+    assert good({"ttft_p99_ms": 100, "tpot_p50_ms": 10, "e2e_p99_ms": 500}) == [True, False, False, False]
+
+
+def test_one_trials_goodput_counts_the_requests_and_output_tokens_of_good_requests_only():
+    requests = pd.DataFrame({"ttft_ms": [10.0, 20.0, 300.0, 15.0], "output_tokens": [100, 50, 400, 10]})
+    found = slo.trial_goodput(requests, {"ttft_p99_ms": 100}, 2.0)
+    assert found == {"goodput_request_s": 1.5, "goodput_output_tok_s": 80.0, "good_pct": 75.0}
+    assert slo.goodput(requests, {"ttft_p99_ms": 100}, 2.0) == 1.5  # the same rule, requests/s only
+
+
+TRIANGLE = "data/baselines/h200/results"
+
+
+@pytest.fixture(scope="module")
+def triangle():
+    import labkit as lk
+    return lk.load("batch-triangle", TRIANGLE)
+
+
+def test_goodput_by_load_on_the_stored_triangle_is_throughput_within_the_slo_with_intervals(triangle):
+    loose = slo.goodput_by_load(triangle, {"tbt_p99_ms": 1e6}).set_index("arm")
+    assert list(loose.index) == triangle.complete_arms and set(loose.load) == {"default"} and set(loose.trials) == {3}
+    assert (loose.goodput_request_s == loose.request_s).all() and (loose.good_pct == 100).all()
+    assert (loose.goodput_output_tok_s == loose.output_tok_s).all()
+    # the stored trials' own throughput, their mean the value
+    trials = triangle.trials.groupby("arm").request_s.mean()
+    assert (abs(loose.request_s - trials[loose.index]) < 1e-9).all()
+
+    at_50 = slo.goodput_by_load(triangle, {"tbt_p99_ms": 50}).set_index("arm")
+    assert at_50.loc["max_num_seqs=8", "good_pct"] == 100  # a small batch keeps every gap short
+    assert at_50.loc["max_num_seqs=64", "good_pct"] < 50 and at_50.loc["max_num_seqs=64", "goodput_request_s"] < 5
+    assert (at_50.goodput_request_s <= at_50.request_s).all()
+    # every request generates 128 tokens: output goodput is 128 x request goodput
+    assert (abs(at_50.goodput_output_tok_s - 128 * at_50.goodput_request_s) < 1e-6).all()
+    for name in ("goodput_request_s", "goodput_output_tok_s", "good_pct"):
+        assert (at_50[f"{name}_low"] <= at_50[name]).all() and (at_50[name] <= at_50[f"{name}_high"]).all()
+    noisy = at_50.loc["max_num_seqs=128"]
+    assert noisy.goodput_request_s_high - noisy.goodput_request_s_low > 1  # trials that differ: an interval
+    assert slo.goodput_by_arm is slo.goodput_by_load  # the notebooks' name is the same table
+
+
+def test_goodput_by_load_has_a_row_per_load_and_arm_and_refuses_bad_slos():
+    import labkit as lk
+    parallel = lk.load("parallelism", "data/baselines/h200x2/results")
+    table = slo.goodput_by_load(parallel, {"ttft_p99_ms": 500, "tpot_p99_ms": 30})
+    assert sorted(zip(table.load, table.arm)) == [("loaded", "dp2"), ("loaded", "tp1"), ("single", "dp2"),
+                                                  ("single", "tp1")]
+    with pytest.raises(BadParameter, match="2 problems"):
+        slo.goodput_by_load(parallel, {"tbt_p99_ms": 0, "output_tok_s": 1})
