@@ -468,7 +468,12 @@ def _time_left(estimate: eta.Estimate, protocol: Protocol, done: dict[str, int],
 
 
 def _trials_text(facts: dict, protocol: Protocol, loads: int) -> str:
-    """How many trials an arm ran, and, when the protocol chose, why it stopped."""
+    """How many trials an arm ran, and, when the protocol chose, why it stopped; a load search's probes counted."""
+    searches = facts.get("load_search") or {}
+    if searches:  # a search's loads are its probes: their number is the search's own
+        probes = sum(s.get("probes_used", 0) for s in searches.values())
+        return (f"{facts.get('trials_run', '?')} trial(s) over {loads - len(searches) + probes} load(s), {probes} "
+                f"of them probed by {len(searches)} load search(es) on this engine")
     if not protocol.adaptive:
         return f"{protocol.trials} trial(s) x {loads} load(s)"
     ran = facts.get("trials_run", "?")
