@@ -17,3 +17,29 @@ def test_engine_counters_add_up_across_replicas_and_kv_usage_takes_the_fullest_p
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "vllm.v1.metrics.reader", reader)
     assert driver.read_counters() == {"vllm:num_preemptions": 5.0, "vllm:kv_cache_usage_perc": 0.5}
+
+
+def test_a_watched_trial_ends_when_its_rule_says_so_and_keeps_what_came_back():
+    import asyncio
+
+    import numpy as np
+
+    from labkit.measure.driver import Watch, _watched
+
+    async def trial():
+        sent, done = np.full(4, np.nan), np.full(4, np.nan)
+
+        async def request(i, seconds):
+            sent[i] = 0.0
+            await asyncio.sleep(seconds)
+            done[i] = seconds
+            return {"request": i}
+        tasks = [asyncio.ensure_future(request(i, s)) for i, s in enumerate((0.01, 0.02, 30.0, 30.0))]
+        seen = []
+        watch = Watch(lambda s, d, now: seen.append((len(s), int((~np.isnan(d)).sum()))) or (~np.isnan(d)).sum() >= 2,
+                      every_s=0.01)
+        rows = await _watched(tasks, sent, done, __import__("time").perf_counter(), watch)
+        return rows, watch, tasks, seen
+    rows, watch, tasks, seen = asyncio.run(asyncio.wait_for(trial(), 5))
+    assert rows == [{"request": 0}, {"request": 1}] and watch.saturated_at_s is not None
+    assert tasks[2].cancelled() and tasks[3].cancelled() and seen[-1] == (4, 2)
