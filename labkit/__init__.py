@@ -8,6 +8,7 @@ from labkit.experiment import Experiment, default_model
 from labkit.measure.platform import current_platform
 from labkit.spec.conversation import Conversation
 from labkit.spec.knobs import KNOBS, plan_arm
+from labkit.spec.load_search import LoadSearch
 from labkit.spec.models import SHAPES, ModelShape, resolve_model
 from labkit.spec.prompts import Segment, Template
 from labkit.spec.protocol import Protocol
@@ -28,6 +29,6 @@ __all__ = [
     "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable",
     "Experiment", "default_model", "current_platform", "KNOBS", "plan_arm", "SHAPES", "ModelShape", "resolve_model",
     "Protocol", "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform",
-    "Workload", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters", "smoke_overrides",
+    "Workload", "LoadSearch", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters", "smoke_overrides",
     "explore",
 ]

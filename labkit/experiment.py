@@ -28,6 +28,7 @@ from labkit.measure.platform import Platform, current_platform
 from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
+from labkit.spec.load_search import LoadSearch
 from labkit.spec.knobs import ArmPlan, check_knobs, knob_problems, normalized_knobs, plan_arm
 from labkit.spec.lists import as_list
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
@@ -69,7 +70,8 @@ class Experiment:
 
     name: str
     arms: dict[str, dict]  # arm name -> knobs that differ from `base`
-    workload: Workload | Mix | Conversation | dict  # one load, or several named loads measured on each engine
+    # one load, or several named loads measured on each engine; a LoadSearch searches its loads on each engine
+    workload: Workload | Mix | Conversation | LoadSearch | dict
     model: str = "auto"  # a synthetic shape name, a local model folder or a hub id; "auto": per platform
     context: str = DEFAULT_CONTEXT  # the deployment measured: "serve" (vllm serve) or "offline" (vllm.LLM)
     base: dict = field(default_factory=dict)  # knobs every arm shares
@@ -104,8 +106,10 @@ class Experiment:
             raise BadParameter(f"results_dir must be a folder path, got {self.results_dir!r}")
         check_numbers("Experiment", {"arm_timeout_s": (self.arm_timeout_s, POSITIVE)})
         self.loads = self.workload if isinstance(self.workload, dict) else {"default": self.workload}
-        if not self.loads or not all(isinstance(w, (Workload, Mix, Conversation)) for w in self.loads.values()):
-            raise BadParameter("workload must be a labkit Workload (or Mix, or Conversation), or a non-empty dict of "
+        if not self.loads or not all(isinstance(w, (Workload, Mix, Conversation, LoadSearch))
+                                     for w in self.loads.values()):
+            raise BadParameter("workload must be a labkit Workload (or Mix, Conversation or LoadSearch), or a "
+                               "non-empty dict of "
                                "named ones, got "
                                f"{self.workload!r}")
         for name, workload in self.loads.items():
@@ -464,7 +468,12 @@ def _time_left(estimate: eta.Estimate, protocol: Protocol, done: dict[str, int],
 
 
 def _trials_text(facts: dict, protocol: Protocol, loads: int) -> str:
-    """How many trials an arm ran, and, when the protocol chose, why it stopped."""
+    """How many trials an arm ran, and, when the protocol chose, why it stopped; a load search's probes counted."""
+    searches = facts.get("load_search") or {}
+    if searches:  # a search's loads are its probes: their number is the search's own
+        probes = sum(s.get("probes_used", 0) for s in searches.values())
+        return (f"{facts.get('trials_run', '?')} trial(s) over {loads - len(searches) + probes} load(s), {probes} "
+                f"of them probed by {len(searches)} load search(es) on this engine")
     if not protocol.adaptive:
         return f"{protocol.trials} trial(s) x {loads} load(s)"
     ran = facts.get("trials_run", "?")

@@ -280,6 +280,12 @@ class Results:
         missing instead of failing."""
         return self.arms.reindex(columns=["arm", "status", *columns])
 
+    def load_search(self, arm: str | None = None, search: str | None = None) -> pd.DataFrame:
+        """The stored load searches as a table: per arm, search and probe the load, each SLO metric's value [95 %
+        interval], whether it met them and whether it saturated (labkit.analyze.load_search.search_table)."""
+        from labkit.analyze.load_search import search_table
+        return search_table(self, arm, search)
+
     @property
     def loads(self) -> list[str]:
         """The load names of the trials, in first-seen order; empty when no load is named."""

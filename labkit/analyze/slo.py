@@ -86,6 +86,12 @@ def violations(measurement: Measurement, slos: dict[str, float]) -> list[str]:
     return [name for name, limit in slos.items() if not measurement[name][2] <= limit]
 
 
+def backed_off(grid: list, last_meeting: int):
+    """The recommended setting: one notch below the largest meeting one on the ordered grid, for headroom (the
+    smallest setting stays itself: there is no notch below it)."""
+    return grid[max(0, last_meeting - 1)]
+
+
 def search(evaluate: Callable[[int], Measurement], grid: list[int], slos: dict[str, float]) -> SloResult:
     """The largest grid value that meets every SLO, found by binary search and backed off one notch, as an
     SloResult that keeps every measurement taken."""
@@ -117,8 +123,7 @@ def search(evaluate: Callable[[int], Measurement], grid: list[int], slos: dict[s
                          f"{grid[0]} already violates {', '.join(fails(0))}")
     binding = ", ".join(fails(last_meeting + 1)) if last_meeting + 1 < len(grid) else None
     note = "" if binding else "even the largest grid value meets the SLOs: extend the grid"
-    answer = grid[max(0, last_meeting - 1)]
-    return SloResult(answer, grid[last_meeting], starts, binding, measured, note)
+    return SloResult(backed_off(grid, last_meeting), grid[last_meeting], starts, binding, measured, note)
 
 
 def from_points(measured: dict[int, Measurement], slos: dict[str, float]) -> SloResult:
@@ -136,7 +141,7 @@ def from_points(measured: dict[int, Measurement], slos: dict[str, float]) -> Slo
                          f"{grid[0]} already violates {first}" if grid else "no measured setting", from_store=len(grid))
     binding = ", ".join(violations(measured[grid[meeting + 1]], slos)) if meeting + 1 < len(grid) else None
     note = "" if binding else "even the largest measured setting meets the SLOs: extend the grid"
-    return SloResult(grid[max(0, meeting - 1)], grid[meeting], 0, binding, dict(measured), note, from_store=len(grid))
+    return SloResult(backed_off(grid, meeting), grid[meeting], 0, binding, dict(measured), note, from_store=len(grid))
 
 
 def meets_slos(requests: pd.DataFrame, slos: dict[str, float]) -> np.ndarray:

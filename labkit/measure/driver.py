@@ -12,6 +12,8 @@ import asyncio
 import gc
 import itertools
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 from labkit.measure.gpu_state import GpuStateSampler
 from labkit.measure.hostload import OtherLoad
@@ -101,10 +103,45 @@ async def _one_request(engine, request: Request, t0: float, sampling: dict, answ
     }
 
 
+@dataclass
+class Watch:
+    """An open-loop trial watched as it runs: `rule(sent_s, done_s, now_s)` (each sent request's send and completion
+    time, NaN while in flight, seconds from the trial's start) is asked every `every_s`; once it answers True the
+    requests not yet back are cancelled (the engine aborts them) and `saturated_at_s` says when."""
+
+    rule: Callable
+    every_s: float = 0.25
+    saturated_at_s: float | None = None
+
+
+async def _watched(tasks: list, sent: np.ndarray, done: np.ndarray, t0: float, watch: Watch) -> list[dict]:
+    """The rows of the requests that came back, the rest cancelled once the watch's rule says so."""
+    pending = set(tasks)
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=watch.every_s)
+        now = time.perf_counter() - t0
+        known = ~np.isnan(sent)
+        if pending and watch.rule(sent[known], done[known], now):
+            watch.saturated_at_s = now
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            break
+    rows = []
+    for task in tasks:
+        if task.cancelled():
+            continue
+        if task.exception() is not None:
+            raise task.exception()
+        rows.append(task.result())
+    return rows
+
+
 async def drive(engine, requests: list[Request], arrival, sampling: dict,
-                t0: float | None = None) -> tuple[list[dict], float]:
+                t0: float | None = None, watch: Watch | None = None) -> tuple[list[dict], float]:
     """Send the requests under the arrival process; return per-request rows and the trial's wall time.
-    Parts of a Mix share one clock `t0`, so their timestamps line up."""
+    Parts of a Mix share one clock `t0`, so their timestamps line up. An open-loop trial with a `watch` is ended
+    early when its rule says so (a rate the engine cannot keep up with); the rows are then those that came back."""
     t0 = time.perf_counter() if t0 is None else t0
     if isinstance(arrival, Burst):
         rows = await asyncio.gather(*(_one_request(engine, r, t0, sampling) for r in requests))
@@ -117,10 +154,19 @@ async def drive(engine, requests: list[Request], arrival, sampling: dict,
                 rows.append(await _one_request(engine, queue.pop(), t0, sampling))
         await asyncio.gather(*(client() for _ in range(min(arrival.n, len(requests)))))
     else:  # open loop: send at the scheduled offsets whatever the engine's state
-        async def timed(r: Request):
+        sent, done = np.full(len(requests), np.nan), np.full(len(requests), np.nan)
+
+        async def timed(i: int, r: Request):
             await asyncio.sleep(max(0.0, r.arrival_s - (time.perf_counter() - t0)))
-            return await _one_request(engine, r, t0, sampling)
-        rows = await asyncio.gather(*(timed(r) for r in requests))
+            sent[i] = time.perf_counter() - t0
+            row = await _one_request(engine, r, t0, sampling)
+            done[i] = time.perf_counter() - t0
+            return row
+        if watch is None:
+            rows = await asyncio.gather(*(timed(i, r) for i, r in enumerate(requests)))
+        else:
+            rows = await _watched([asyncio.ensure_future(timed(i, r)) for i, r in enumerate(requests)], sent, done,
+                                  t0, watch)
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
 
 
@@ -146,12 +192,15 @@ async def drive_conversation(engine, conversation: Conversation, vocab_size: int
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
 
 
-async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dict) -> tuple[list[dict], float]:
-    """A Workload, a Conversation, or every part of a Mix concurrently on one clock (rows then carry their part)."""
+async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dict,
+                     watch: Watch | None = None) -> tuple[list[dict], float]:
+    """A Workload, a Conversation, or every part of a Mix concurrently on one clock (rows then carry their part);
+    a `watch` applies to a Workload's open-loop trial."""
     if isinstance(workload, Conversation):
         return await drive_conversation(engine, workload, vocab_size, seed, sampling)
     if not isinstance(workload, Mix):
-        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival, sampling)
+        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival, sampling,
+                           watch=watch)
     t0 = time.perf_counter()
     done = await asyncio.gather(*(drive(engine, part.build(vocab_size, content_seed=seed + 7919 * (i + 1)),
                                         part.arrival, sampling, t0) for i, part in enumerate(workload.parts.values())))
@@ -176,10 +225,12 @@ def content_seed(load_index: int, trial: int, attempt: int = 0) -> int:
 
 
 async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
-                    load_index: int = 0, gpu_state: GpuStateSampler | None = None, attempt: int = 0):
+                    load_index: int = 0, gpu_state: GpuStateSampler | None = None, attempt: int = 0,
+                    watch: Watch | None = None):
     """One timed trial: its per-request rows, and a summary row with throughput, peak KV usage, cores other
     processes kept busy, the engine counters' deltas and, where NVML answers, the GPUs' clocks, temperature,
-    power and slowdowns during the trial. `attempt` > 0 measures the trial again with fresh content."""
+    power and slowdowns during the trial. `attempt` > 0 measures the trial again with fresh content. A watched
+    open-loop trial (`watch`) may end early: its summary says whether it did (`saturated`) and when."""
     before, others = await engine_counters(engine), OtherLoad()
     if gpu_state is not None:
         gpu_state.start()
@@ -192,7 +243,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     gc.disable()
     try:
         rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial, attempt),
-                                          sampling)
+                                          sampling, watch)
     finally:
         gc.enable()
     stop.set()
@@ -213,6 +264,9 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
         "kv_usage_peak_pct": 100 * max(kv_samples, default=0.0),
         "host_other_cores": others.cores(),
     }
+    if watch is not None:  # the requests sent whether or not they came back, and whether the trial was ended early
+        summary.update(requests_scheduled=workload.num_requests, saturated=watch.saturated_at_s is not None,
+                       saturated_at_s=watch.saturated_at_s)
     for name, column in COUNTERS.items():
         summary[column] = after.get(name, 0.0) - before.get(name, 0.0)
     return rows, {**summary, **gpu_columns}

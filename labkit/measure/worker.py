@@ -176,6 +176,92 @@ def _profiler_config(directory: Path):
     return ProfilerConfig(**{k: v for k, v in wanted.items() if k in fields})
 
 
+PROBE_DEADLINE_FACTOR, PROBE_DEADLINE_GRACE_S = 2.0, 30.0  # a rate probe's trial ends by 2 x its schedule + 30 s
+
+
+def _first_workload(spec: dict):
+    """The Workload (or Mix) a load's spec describes; a load search's smallest probe."""
+    from labkit.spec.load_search import LoadSearch
+    from labkit.spec.workload import Workload
+
+    if spec.get("kind") == "LoadSearch":
+        search = LoadSearch.from_dict(spec)
+        return search.probe(search.levels()[0])
+    return Workload.from_dict(spec)
+
+
+async def _drain(engine, limit_s: float = 60.0, poll_s: float = 0.1) -> None:
+    """Wait until the engine holds no request (after a probe ended early its aborted requests leave), so the next
+    probe starts on an idle engine; a served engine's own count is not read: a moment's pause instead."""
+    processor = getattr(engine, "output_processor", None)
+    began = time.perf_counter()
+    if processor is None or not hasattr(processor, "get_num_unfinished_requests"):
+        await asyncio.sleep(1.0)
+        return
+    while processor.get_num_unfinished_requests() and time.perf_counter() - began < limit_s:
+        await asyncio.sleep(poll_s)
+
+
+async def _search(engine, job: ArmJob, protocol, sampling: dict, name: str, spec: dict, index: int, out: Path,
+                  gpu_state, rows: list, trials: list, remeasured: list) -> tuple[dict, str, int]:
+    """A load search on this engine (labkit.spec.load_search): one warm-up at its smallest load, then probe after
+    probe as labkit.analyze.load_search.next_probe chooses them, each measured with the protocol's trials (a rate
+    probe watched for saturation and ended early when its queue keeps growing) and stored as a load of its own.
+    Returns the search's result as plain data, the reason its probes stopped, and the trials they ran."""
+    from labkit.analyze.load_search import Probe, conclude, measure, most_probes, next_probe, saturated
+    from labkit.analyze.stopping import arm_reason, stop_reason, trial_values
+    from labkit.measure.driver import Watch, run_trial, warm_up
+    from labkit.spec.load_search import LoadSearch
+
+    search = LoadSearch.from_dict(spec)
+    levels, slos = search.levels(), search.slos
+    share = len(job.workloads) * most_probes(levels)  # a probe's share of the arm's time budget
+    _progress(out, stage=f"warm-up {name}")
+    first = search.probe(levels[0])
+    await warm_up(engine, first, job.vocab_size, min(protocol.warmup_requests, first.num_requests), sampling,
+                  load_index=index)
+    probes, reasons, ran = [], {}, 0
+    while (rung := next_probe(levels, {p.index: not p.violations(slos) for p in probes})) is not None:
+        level = levels[rung]
+        workload, load = search.probe(level), LoadSearch.load_name(search.kind, level, name)
+        probe_index = 1000 * (index + 1) + rung  # fresh token content per probe (labkit.measure.driver.content_seed)
+        # a rate probe still running long after its schedule ended did not drain either, whatever the rule saw
+        deadline = PROBE_DEADLINE_FACTOR * float(workload.lengths()[2].max()) + PROBE_DEADLINE_GRACE_S \
+            if search.kind == "rate" else None
+        _progress(out, stage=f"probe {load}")
+        values, spent, trial, reason, measured = {}, 0.0, 0, None, []
+        while reason is None:
+            began = time.perf_counter()
+
+            async def one(attempt, trial=trial):
+                watch = Watch(lambda sent, done, now: saturated(sent, done, now) or now > deadline) \
+                    if search.kind == "rate" else None
+                return await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, probe_index,
+                                       gpu_state, attempt=attempt, watch=watch)
+            trial_rows, summary = await _trial_with_retry(one, remeasured, load, trial,
+                                                          os.cpu_count() if job.platform_kind == "cpu" else None)
+            spent += time.perf_counter() - began
+            rows += [{**row, "load": load} for row in trial_rows]
+            trials.append({**summary, "load": load, "search": name, "level": float(level)})
+            _progress(out, stage="trial", trial=trial, load=name, probe=load)
+            measured.append(trial_rows)
+            trial += 1
+            if summary.get("saturated"):  # no more trials at a rate the engine cannot keep up with
+                reason = "saturated"
+                await _drain(engine)
+                break
+            for metric_name, value in trial_values(summary, trial_rows).items():
+                values.setdefault(metric_name, []).append(value)
+            reason = stop_reason(values, protocol, None, spent, share)
+        probes.append(Probe(rung, level, measure(measured, slos), reason == "saturated", trial,
+                            sum(len(r) for r in measured), load))
+        reasons[load], ran = reason, ran + trial
+    result = conclude(search.kind, levels, probes, slos)
+    _progress(out, stage=f"searched {name}: {result.sentence()}")
+    kept = {load: reason for load, reason in reasons.items() if reason != "saturated"}
+    return result.to_dict(), arm_reason(kept) if kept else "saturated", ran
+
+
 async def _measure(job: ArmJob, out: Path) -> None:
     import pandas as pd
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -232,6 +318,11 @@ async def _measure(job: ArmJob, out: Path) -> None:
         facts["waited_for_next_worker_s"] = round(_wait_while_held(out), 1)
         rows, trials, stopped, ran, remeasured = [], [], {}, {}, []
         for index, (load, spec) in enumerate(job.workloads.items()):
+            if spec.get("kind") == "LoadSearch":  # its loads are chosen as it goes, on this engine
+                found, stopped[load], ran[load] = await _search(engine, job, protocol, sampling, load, spec, index,
+                                                                out, gpu_state, rows, trials, remeasured)
+                facts.setdefault("load_search", {})[load] = found
+                continue
             workload = Workload.from_dict(spec)  # a Workload or a Mix
             _progress(out, stage=f"warm-up {load}")
             await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
@@ -259,7 +350,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
             facts.update(trials_remeasured=len({(r["load"], r["trial"]) for r in remeasured}), remeasured=remeasured)
         if protocol.profile_requests:
             _progress(out, stage="profiling")
-            first = Workload.from_dict(next(iter(job.workloads.values())))  # a Workload or a Mix
+            first = _first_workload(next(iter(job.workloads.values())))  # a Workload or a Mix
             facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests,
                                                            sampling)
             traces = find_traces(out / "profile")

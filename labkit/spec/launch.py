@@ -51,7 +51,7 @@ def check_context(context: str, knobs_by_arm: dict[str, dict], loads: dict) -> N
                                "context='serve', or drop data_parallel_size")
     for name, load in loads.items():
         parts = load.parts.values() if isinstance(load, Mix) else [load]
-        if not all(isinstance(part.arrival, Burst) for part in parts):
+        if not all(isinstance(getattr(part, "arrival", None), Burst) for part in parts):  # a LoadSearch has none
             raise BadParameter(f"load {name!r}: the offline LLM class takes its whole batch at once (a Burst); "
                                "an arrival process (closed loop, rate) is a server's: use context='serve' or "
                                "arrival=lk.Burst()")

@@ -56,3 +56,29 @@ def test_a_request_row_has_gaps_from_its_stamps_and_is_stored_with_the_stamps_on
     stored = requests_to_store(pd.DataFrame([row]))
     assert "itl_ms" not in stored and "token_s" in stored
     assert "itl_ms" in requests_to_store(pd.DataFrame([{"itl_ms": [1.0]}]))  # without stamps the gaps stay
+
+
+def test_a_watched_trial_ends_when_its_rule_says_so_and_keeps_what_came_back():
+    import asyncio
+
+    import numpy as np
+
+    from labkit.measure.driver import Watch, _watched
+
+    async def trial():
+        sent, done = np.full(4, np.nan), np.full(4, np.nan)
+
+        async def request(i, seconds):
+            sent[i] = 0.0
+            await asyncio.sleep(seconds)
+            done[i] = seconds
+            return {"request": i}
+        tasks = [asyncio.ensure_future(request(i, s)) for i, s in enumerate((0.01, 0.02, 30.0, 30.0))]
+        seen = []
+        watch = Watch(lambda s, d, now: seen.append((len(s), int((~np.isnan(d)).sum()))) or (~np.isnan(d)).sum() >= 2,
+                      every_s=0.01)
+        rows = await _watched(tasks, sent, done, __import__("time").perf_counter(), watch)
+        return rows, watch, tasks, seen
+    rows, watch, tasks, seen = asyncio.run(asyncio.wait_for(trial(), 5))
+    assert rows == [{"request": 0}, {"request": 1}] and watch.saturated_at_s is not None
+    assert tasks[2].cancelled() and tasks[3].cancelled() and seen[-1] == (4, 2)

@@ -72,6 +72,9 @@ DATACLASSES = {
                      "max_position_embeddings": ("count", 512), "rope_theta": ("positive", 500000.0)}),
     templates.Hardware: (dict(kind="cuda", name="NVIDIA H200", compute_capability="9.0"),
                          {"memory_gib": ("positive_or_none", 140.0), "gpu_count": ("count0", 2)}),
+    lk.LoadSearch: (dict(slos={"tbt_p99_ms": 50}, clients=(1, 8), prompt_len=8, output_len=4),
+                    {"requests": ("count", 16), "per_client": ("count", 2), "seconds": ("positive", 5.0),
+                     "steps_per_doubling": ("count", 2), "seed": ("count0", 3)}),
     lk.Experiment: (dict(name="e", arms={"a": {}}, workload=W, model="tiny-llama", platform=CPU),
                     {"arm_timeout_s": ("positive", 60.0)}),
 }
