@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from labkit.measure.gpu_state import GpuStateSampler
 from labkit.measure.hostload import OtherLoad
 from labkit.spec.conversation import Conversation
