@@ -186,6 +186,32 @@ def _capacity(arm: str, unit: str, gpus: int, slos: dict[str, float], measured: 
     return Capacity(arm, unit, found.answer, found.answer, found.largest_meeting, gpus, dict(slos), note)
 
 
+def capacities_from_searches(results, search: str = "default", arms: list[str] | None = None) -> list[Capacity]:
+    """Each complete arm's Capacity from its stored load search `search` (labkit.spec.load_search.LoadSearch,
+    measured on one engine): the value is the search's answer (backed off one notch), the band runs from it to
+    the largest load that met every SLO, as `capacity_from_points` reads it. An arm without that search is left
+    out; a search that met nothing gives a Capacity without a value, its note saying why (e.g. already broken at
+    the smallest load, or saturated)."""
+    from labkit.analyze.load_search import stored_searches
+
+    gpus = gpus_per_arm(results).set_index("arm").gpus
+    found = []
+    for (arm, name), result in stored_searches(results).items():
+        if name != search or (arms is not None and arm not in arms):
+            continue
+        unit = CLIENTS if result.kind == "clients" else REQUESTS_PER_S
+        if result.answer is None:
+            found.append(Capacity(arm, unit, None, None, None, int(gpus[arm]), dict(result.slos),
+                                  f"{NO_CAPACITY}: {result.note}"))
+            continue
+        binding = (f"above {amount(result.largest_meeting, unit)} {result.binding_constraint} goes over its limit "
+                   f"first" if result.binding_constraint else "")
+        note = "; ".join(n for n in (binding, result.note, f"{result.probes_used} probes on one engine") if n)
+        found.append(Capacity(arm, unit, float(result.answer), float(result.answer), float(result.largest_meeting),
+                              int(gpus[arm]), dict(result.slos), note))
+    return found
+
+
 def _replicas(demand: float, per_engine: float) -> int:
     # rounded to 9 places first: 2.1 / 0.3 is 7.000000000000001 in floats, and must not need 8 replicas
     return max(1, math.ceil(round(demand / per_engine, 9)))

@@ -1,5 +1,6 @@
 """Capacity under an SLO: the dataclass's checks, replicas from capacities (bands, no capacity, bad demand), and
 capacities read from committed stores with the SLO search's rule."""
+import math
 from dataclasses import replace
 
 import pandas as pd
@@ -109,3 +110,30 @@ def test_loads_that_are_no_capacity_points_are_refused_naming_each(graphs):
         capacity.capacity_from_points(graphs, "nope", {"tpot_p99_ms": 6.5})
     with pytest.raises(BadParameter, match="is no metric"):
         capacity.capacity_from_points(graphs, "default", {"tpot_p99": 6.5})
+
+
+def test_a_stored_load_search_is_a_capacity_and_plans_replicas():
+    import json
+
+    from labkit.analyze import capacity, load_search as ls
+
+    def stored(tbt_of_clients):  # a search on a fake engine, as the arm's load_search fact stores it
+        def evaluate(rung, level):
+            tbt = tbt_of_clients(level)
+            return ls.Probe(rung, level, {"tbt_p99_ms": (tbt, tbt, tbt)}, trials=2, requests=4 * level)
+        return json.dumps({"default": ls.bracket_search(evaluate, "clients", list(range(1, 65)),
+                                                        {"tbt_p99_ms": 50}).to_dict()})
+
+    class Results:
+        name = "searched"
+        arms = pd.DataFrame([{"arm": "small", "status": "complete", "load_search": stored(lambda c: 5 + 2 * c)},
+                             {"arm": "slow", "status": "complete", "load_search": stored(lambda c: 60 + c)}])
+
+    small, slow = capacity.capacities_from_searches(Results())
+    assert (small.arm, small.unit, small.high) == ("small", "clients", 22.0)  # 5 + 2 x 22 = 49 ms: the last to meet
+    assert small.value == small.low < small.high and "tbt_p99_ms" in small.note and "probes on one engine" in small.note
+    assert not slow.met and "already broken at the smallest load" in slow.note
+    plan = capacity.replicas_needed([small, slow], users=1000)
+    row = plan.set_index("arm").loc["small"]
+    assert row.replicas == math.ceil(1000 / small.value) and row.replicas_low == math.ceil(1000 / 22)
+    assert "no load met the SLO" in plan.set_index("arm").loc["slow"].note
