@@ -201,8 +201,10 @@ def capacities_from_searches(results, search: str = "default", arms: list[str] |
             continue
         unit = CLIENTS if result.kind == "clients" else REQUESTS_PER_S
         if result.answer is None:
+            # never broken at the top: every load met, and the capacity lies above the range, so no number
+            why = NO_CAPACITY if result.largest_meeting is None else "no capacity within the searched range"
             found.append(Capacity(arm, unit, None, None, None, int(gpus[arm]), dict(result.slos),
-                                  f"{NO_CAPACITY}: {result.note}"))
+                                  f"{why}: {result.note}"))
             continue
         binding = (f"above {amount(result.largest_meeting, unit)} {result.binding_constraint} goes over its limit "
                    f"first" if result.binding_constraint else "")
@@ -249,7 +251,7 @@ def replicas_needed(capacities, users: float | None = None, rate: float | None =
                        gpus_low=fewest * c.gpus_per_engine, gpus_high=most * c.gpus_per_engine, note=c.note)
         else:
             row.update(replicas=pd.NA, replicas_low=pd.NA, replicas_high=pd.NA, gpus=pd.NA, gpus_low=pd.NA,
-                       gpus_high=pd.NA, note=c.note if c.note.startswith(NO_CAPACITY) else f"{NO_CAPACITY}: {c.note}")
+                       gpus_high=pd.NA, note=c.note or NO_CAPACITY)
         rows.append(row)
     table = pd.DataFrame(rows)
     table[table.columns[1]] = table[table.columns[1]].astype("Float64")  # no capacity: <NA>, like its replicas

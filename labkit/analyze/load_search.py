@@ -276,6 +276,13 @@ def stored_searches(results, arm: str | None = None) -> dict[tuple[str, str], Lo
     return found
 
 
+def probe_levels(results, search: str = "default") -> dict[str, tuple[str, float]]:
+    """Each stored probe load of `search` (over every arm): its kind ("clients" or "rate") and level, so a
+    table per load (goodput, throughput) can be read against the load it was measured at."""
+    return {probe.load: (result.kind, float(probe.level))
+            for (_, name), result in stored_searches(results).items() if name == search for probe in result.probes}
+
+
 def search_result(results, arm: str | None = None, search: str = "default") -> LoadSearchResult:
     """One arm's stored load search (the only arm, when `arm` is left out)."""
     found = stored_searches(results, arm)

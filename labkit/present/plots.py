@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use(matplotlib.get_backend())  # respect the notebook's inline backend; Agg when headless
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FuncFormatter, ScalarFormatter
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -289,5 +289,35 @@ def pareto(points: pd.DataFrame):
     ax.set_ylabel("output tokens per second per GPU")
     each = f"one point per arm (load {points.load.iloc[0]})" if one_load else "one point per arm and load"
     ax.set_title(f"Throughput per GPU against speed per user, {each}, with 95 % intervals", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def goodput_curve(goodput: pd.DataFrame, levels: dict[str, tuple[str, float]]):
+    """Throughput and goodput (labkit.analyze.slo.goodput_by_load: output tokens/s of all requests, and of those
+    that met every SLO) against the load each was measured at (`levels`: load -> (kind, level), e.g.
+    labkit.analyze.load_search.probe_levels), one colour per arm with 95 % intervals. The loads of a search are
+    numbers on one axis, so points are joined: where goodput leaves throughput, requests start to miss the SLO."""
+    rows = goodput[goodput.load.isin(levels)].copy()
+    if rows.empty:
+        raise BadParameter("no load of this goodput table was probed by the search: pass the search's own levels")
+    kinds = {levels[load][0] for load in rows.load}
+    rows["level"] = [levels[load][1] for load in rows.load]
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 4.2))
+    for colour, (arm, part) in zip(sns.color_palette(n_colors=rows.arm.nunique()), rows.groupby("arm", sort=False)):
+        part = part.sort_values("level")
+        for name, style in (("output_tok_s", dict(linestyle="--", alpha=0.6)), ("goodput_output_tok_s", {})):
+            low, high = part[f"{name}_low"], part[f"{name}_high"]
+            ax.errorbar(part.level, part[name], yerr=[(part[name] - low).fillna(0), (high - part[name]).fillna(0)],
+                        marker="o", capsize=2, color=colour,
+                        label=f"{arm}: {'goodput' if name.startswith('goodput') else 'all requests'}", **style)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 8 clients, not 8.0
+    ax.set_xlabel("concurrent clients" if kinds == {"clients"} else "requests per second (Poisson)"
+                  if kinds == {"rate"} else "load level")
+    ax.set_ylabel("output tokens per second")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside, never on the data
+    ax.set_title("Output tokens/s of every request (dashed) and of those within every SLO (goodput), "
+                 "per probed load, with 95 % intervals", fontsize=10)
     fig.tight_layout()
     return fig

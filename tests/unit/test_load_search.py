@@ -188,3 +188,33 @@ def test_an_arm_line_counts_a_search_s_probes():
     facts = {"trials_run": 15, "load_search": {"mid": {"probes_used": 7}, "flood": {"probes_used": 1}}}
     assert _trials_text(facts, lk.Protocol(trials=2), 3) == \
         "15 trial(s) over 9 load(s), 8 of them probed by 2 load search(es) on this engine"
+
+
+def test_probe_levels_map_each_stored_probe_load_to_its_level_and_the_curve_draws_them():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labkit.present import plots
+
+    evaluate, _ = fake(lambda c: 5 + 2 * c)
+    result = ls.bracket_search(evaluate, "clients", CLIENTS, {"tbt_p99_ms": 50})
+    for probe in result.probes:
+        probe.load = f"clients.c{probe.level}"
+
+    class Stored:
+        name = "x"
+        arms = pd.DataFrame([{"arm": "a", "status": "complete",
+                              "load_search": json.dumps({"clients": result.to_dict()})}])
+    levels = ls.probe_levels(Stored(), "clients")
+    assert levels == {p.load: ("clients", float(p.level)) for p in result.probes} and ls.probe_levels(Stored()) == {}
+    loads = list(levels)[:3]
+    goodput = pd.DataFrame({"load": loads, "arm": "a", **{f"{n}{s}": [100.0, 200.0, 250.0] if n == "output_tok_s"
+                                                          else [100.0, 180.0, 120.0]
+                                                          for n in ("output_tok_s", "goodput_output_tok_s")
+                                                          for s in ("", "_low", "_high")}})
+    fig = plots.goodput_curve(goodput, levels)
+    lines = [line for line in fig.axes[0].get_lines() if len(line.get_xdata()) == 3]
+    assert sorted(lines[0].get_xdata()) == sorted(levels[load][1] for load in loads)
+    assert fig.axes[0].get_xlabel() == "concurrent clients"
+    with pytest.raises(BadParameter, match="no load of this goodput table was probed"):
+        plots.goodput_curve(goodput.assign(load="other"), levels)
