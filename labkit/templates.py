@@ -142,3 +142,19 @@ def choose(hw: Hardware, weights_gib: float) -> Template:
             return named(name, hw, weights_gib)
     raise BadParameter(f"no template fits {hw.describe()}: start from vLLM's defaults "
                        f"(templates cover {', '.join(f for f, _, _ in TEMPLATES.values())})")
+
+
+def for_this_machine(template: str = "auto", model: str = "auto"):
+    """This machine's hardware profile, `model` resolved (its ModelRef: `.model` is what `vllm serve` is given)
+    and the template `template` for it here ("auto": the first the hardware fits), sized by the model's bf16
+    weights (0 for a model whose shape is unknown)."""
+    from labkit.analyze import precision
+    from labkit.experiment import default_model
+    from labkit.measure import environment
+    from labkit.spec.models import resolve_model
+
+    hardware = Hardware.from_environment(environment.fingerprint())
+    ref = resolve_model(default_model() if model == "auto" else model)
+    weights_gib = precision.weight_bytes("bfloat16", None).loaded(ref.shape) / 2**30 if ref.shape else 0.0
+    return hardware, ref, (choose(hardware, weights_gib) if template == "auto"
+                           else named(template, hardware, weights_gib))
