@@ -89,6 +89,9 @@ PROFILES: dict[str, dict[str, dict]] = {
     # (data/baselines/h200/results/batch-triangle); each halving of the batch about doubles a trial
     # the diagnosis's eager batch-4 launch decodes ~15 ms a token there: 800-token answers made a trial minutes
     "h200": {"*": {}, "L2_engine/batch_triangle.ipynb": {"grid": "8,16,32,64,128"},
+             # a rate search from 0.5 requests/s spends minutes a trial on its first rungs (64 requests at 0.5/s),
+             # where an 8B engine on this GPU holds far more
+             "L2_engine/capacity.ipynb": {"clients": "4,256", "rates": "4,64"},
              # mistuned three ways (eager, Triton's attention instead of the platform's first choice, a batch
              # of 4 under 16 clients): three one-change arms for those, and fp8 KV cache on an fp8 GPU
              "01_diagnose.ipynb": {"command": "vllm serve meta-llama/Meta-Llama-3-8B-Instruct --enforce-eager "
