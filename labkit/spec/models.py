@@ -2,7 +2,8 @@
 
 Decode and prefill speed depend on tensor shapes, not on weight values, so an architecture-shaped model
 with `load_format="dummy"` measures the real engine without a model hub. A local model folder or a hub id
-is accepted too; then the real weights are loaded.
+is accepted too; then the real weights are loaded, as they are for a model shipped in a package
+(labkit.spec.packaged_models: `smollm2-135m`, and `smollm2-135m-dummy`, its synthetic twin).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from labkit import settings
 from labkit.errors import BadParameter, close_match
 from labkit.spec.numbers import COUNT, POSITIVE, check_numbers
+from labkit.spec.packaged_models import DUMMY_SUFFIX, PACKAGED, model_folder, packaged_name
 
 # Ids below FIRST_TEXT_ID are the special tokens of the generated tokenizer.
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
@@ -204,7 +206,7 @@ def check_model(name_or_path: str) -> None:
     defined. A name meant as a folder that does not exist is refused, never sent to a hub."""
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise BadParameter(f"model must be a name, a model folder or a hub id (text), got {name_or_path!r}")
-    if name_or_path in SHAPES:
+    if name_or_path in SHAPES or packaged_name(name_or_path):
         return
     local = Path(name_or_path).expanduser()
     if local.is_dir():
@@ -216,7 +218,8 @@ def check_model(name_or_path: str) -> None:
                            f"model folder, a hub id such as 'meta-llama/Llama-3.1-8B' or one of {', '.join(SHAPES)}")
     if name_or_path.count("/") == 1 and all(name_or_path.split("/")):
         return
-    raise BadParameter(f"unknown model {name_or_path!r}{close_match(name_or_path, SHAPES)}: use one of {', '.join(SHAPES)}, "
+    names = [*SHAPES, *PACKAGED, *(name + DUMMY_SUFFIX for name in PACKAGED)]
+    raise BadParameter(f"unknown model {name_or_path!r}{close_match(name_or_path, names)}: use one of {', '.join(names)}, "
                        "a local model folder or a hub id such as 'meta-llama/Llama-3.1-8B'")
 
 
@@ -227,7 +230,8 @@ def resolve_model(name_or_path: str, models_dir: str | Path | None = None) -> Mo
         shape = SHAPES[name_or_path]
         path = materialize(shape, models_dir)
         return ModelRef(str(path), "dummy", shape, synthetic=True)
-    local = Path(name_or_path).expanduser()
+    packaged = packaged_name(name_or_path)
+    local = model_folder(packaged[0], models_dir) if packaged else Path(name_or_path).expanduser()
     if local.is_dir():
         config = read_model_config(local)
         try:
@@ -235,6 +239,8 @@ def resolve_model(name_or_path: str, models_dir: str | Path | None = None) -> Mo
         except (KeyError, TypeError, ValueError, ZeroDivisionError, BadParameter):
             # vLLM may still run it (other field names, other families); only the roofline needs the shape
             shape = None
+        if packaged and packaged[1]:  # the dummy twin: the real model's folder, its weights' values left out
+            return ModelRef(str(local), "dummy", shape, synthetic=True)
         return ModelRef(str(local), "auto", shape, synthetic=False)
     return ModelRef(name_or_path, "auto", None, synthetic=False)  # a hub id; its shape is unknown offline
 

