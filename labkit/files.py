@@ -6,6 +6,8 @@ import gzip
 import json
 import os
 import re
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -49,6 +51,23 @@ def new_folder(parent: Path, name: str) -> Path:
         except FileExistsError:
             continue
     raise FileExistsError(f"{parent} holds {name} and 9,999 numbered variants of it")
+
+
+def make_folder_atomically(target: Path, fill) -> Path:
+    """The folder `target`, filled by `fill(staging)` in a staging folder beside it and renamed into place, so
+    a reader sees the whole folder or none; where another process made it first, theirs is kept (both were
+    made from the same inputs)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        fill(staging)
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first; theirs is identical
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def write_table(frame, path: Path) -> None:

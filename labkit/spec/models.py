@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit import settings
 from labkit.errors import BadParameter, close_match
+from labkit.files import make_folder_atomically
 from labkit.spec.numbers import COUNT, POSITIVE, check_numbers
 from labkit.spec.packaged_models import DUMMY_SUFFIX, PACKAGED, model_folder, packaged_name
 
@@ -253,20 +252,14 @@ def materialize(shape: ModelShape, models_dir: str | Path | None = None) -> Path
     target = root / f"{shape.name}-{digest}"
     if (target / "tokenizer.json").exists():
         return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{shape.name}-", dir=root))
-    try:
+
+    def fill(staging: Path) -> None:
         (staging / "config.json").write_text(json.dumps(config, indent=2))
         (staging / "generation_config.json").write_text(json.dumps(
             {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}))
         _write_tokenizer(staging, shape.vocab_size, shape.max_position_embeddings)
-        try:
-            staging.rename(target)
-        except OSError:  # another process made it first; theirs is identical
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return make_folder_atomically(target, fill)
 
 
 def _write_tokenizer(folder: Path, vocab_size: int, max_len: int) -> None:

@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import settings
 from labkit.errors import BadParameter
+from labkit.files import make_folder_atomically
 
 
 @dataclass(frozen=True)
@@ -87,20 +86,15 @@ def model_folder(model: PackagedModel, models_dir: str | Path | None = None) -> 
     if found != model.sha256:
         raise BadParameter(f"model {model.name!r}: {source} is damaged or another version (sha256 {found[:12]}…, "
                            f"expected {model.sha256[:12]}…): reinstall it, {model.install_hint()}")
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=root))
-    try:
+
+    def fill(staging: Path) -> None:
         _convert(source, staging)
+        # written last: its presence is what marks the folder complete
         (staging / "labkit-made.json").write_text(json.dumps(
             {"from": model.distribution, "gguf_file": model.gguf_file, "gguf_sha256": model.sha256,
              "files": {p.name: _sha256(p) for p in sorted(staging.iterdir())}}, indent=2))
-        try:
-            staging.rename(target)
-        except OSError:  # another process made it first; theirs is identical
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return make_folder_atomically(target, fill)
 
 
 def _convert(gguf: Path, folder: Path) -> None:
