@@ -246,6 +246,13 @@ class Results:
         return self.arms.loc[self.arms.status == "complete", "arm"].tolist()
 
     @property
+    def measured_arms(self) -> list[str]:
+        """The complete arms with trials in these results: within one load (`select`), those that ran it. A
+        load search probes each arm at its own levels, so an arm can be complete without a given load."""
+        ran = set(self.trials["arm"]) if "arm" in self.trials else set()
+        return [arm for arm in self.complete_arms if arm in ran]
+
+    @property
     def reference_arm(self) -> str | None:
         """The arm every other arm is compared with when nobody names one (report, journal): the first
         complete arm in the experiment's own order."""

@@ -39,7 +39,7 @@ def point_name(arm: str, load: str) -> str:
 
 
 def pareto_points(results, confidence: float = 0.95):
-    """One row per load and complete arm: `gpus` (one launch's), `output_tok_s_per_user` (1000 / median TPOT,
+    """One row per load and complete arm that ran it: `gpus` (one launch's), `output_tok_s_per_user` (1000 / median TPOT,
     tokens/s one user's stream receives) and `output_tok_s_per_gpu` (output tokens/s over the GPUs), each
     with `_low` and `_high` from its 95 % bootstrap interval (the TPOT interval's ends, inverted; the
     throughput's over trials, divided by the GPUs); `dominated` (another point is at least as fast per user and
@@ -50,7 +50,7 @@ def pareto_points(results, confidence: float = 0.95):
     rows = []
     for load, part in results.per_load():
         summary = stats.summarize(part, ["output_tok_s", PER_USER], confidence).set_index(["arm", "metric"])
-        for arm in part.complete_arms:
+        for arm in part.measured_arms:
             tok_s = summary.loc[(arm, "output_tok_s")]
             tpot = summary.loc[(arm, PER_USER)]
             gpus = int(sizes[arm])

@@ -191,7 +191,7 @@ THROUGHPUT_METRICS = ("request_s", "output_tok_s")
 
 @shows_whole
 def goodput_by_load(results, slos: dict[str, float], confidence: float = 0.95) -> pd.DataFrame:
-    """Per load and complete arm, throughput beside goodput, each the mean over trials with its bootstrap
+    """Per load and the complete arms that ran it, throughput beside goodput, each the mean over trials with its bootstrap
     interval over trials (stats.replicates of a trial-level metric; NaN bounds with fewer than two trials):
     `request_s` and `output_tok_s` (all requests), `goodput_request_s` and `goodput_output_tok_s` (only the
     requests that met every SLO, per request as `meets_slos` says) and `good_pct` (their share of requests,
@@ -202,7 +202,7 @@ def goodput_by_load(results, slos: dict[str, float], confidence: float = 0.95) -
     names = [*THROUGHPUT_METRICS, *GOODPUT_METRICS]
     rows = []
     for load, part in results.per_load():
-        for arm in part.complete_arms:
+        for arm in part.measured_arms:
             trials = part.trials[part.trials.arm == arm]
             requests = part.requests[part.requests.arm == arm]
             per_trial = pd.DataFrame([{**{n: getattr(t, n) for n in THROUGHPUT_METRICS},

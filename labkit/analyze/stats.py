@@ -216,12 +216,13 @@ def point(data: list[np.ndarray], m: Metric) -> float:
 
 @shows_whole
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
-    """One row per arm and metric: the value and its confidence interval."""
+    """One row per arm and metric: the value and its confidence interval (the arms that ran these results' loads:
+    under a load search, each arm only at its own probe levels)."""
     check_numbers("summarize", {"confidence": (confidence, PROBABILITY)})
     names = metric_names(metrics, SUMMARY_METRICS)
     alpha = (1 - confidence) / 2
     rows = []
-    for arm in results.complete_arms:
+    for arm in results.measured_arms:
         for name in names:
             m = metric(name)
             data = groups(results, arm, m)

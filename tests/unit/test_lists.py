@@ -85,7 +85,7 @@ def test_a_template_of_one_bare_segment_is_refused():
 
 
 class _NoArms:
-    complete_arms = []
+    complete_arms = measured_arms = []
 
 
 @pytest.mark.parametrize("kind", ["tuple", "ndarray", "Series", "generator"])

@@ -158,3 +158,29 @@ def test_goodput_by_load_has_a_row_per_load_and_arm_and_refuses_bad_slos():
                                                   ("single", "tp1")]
     with pytest.raises(BadParameter, match="2 problems"):
         slo.goodput_by_load(parallel, {"tbt_p99_ms": 0, "output_tok_s": 1})
+
+
+def test_an_arm_that_never_ran_a_load_has_no_row_there_and_no_empty_interval():
+    """A load search probes each arm at its own levels (seen on an H100: one arm at 76 clients, the other at 108):
+    a complete arm without trials at a load is left out there, not shown as a row of NaN."""
+    import warnings
+    from dataclasses import replace
+
+    import labkit as lk
+    from labkit.analyze import pareto, stats
+
+    parallel = lk.load("parallelism", "data/baselines/h200x2/results")
+    unprobed = (parallel.trials.arm == "tp1") & (parallel.trials.load == "single")
+    skipped = replace(parallel, trials=parallel.trials[~unprobed],
+                      requests=parallel.requests[~((parallel.requests.arm == "tp1")
+                                                   & (parallel.requests.load == "single"))])
+    assert skipped.select("single").measured_arms == ["dp2"] and skipped.measured_arms == skipped.complete_arms
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # an empty slice's mean or quantile would warn
+        table = slo.goodput_by_load(skipped, {"ttft_p99_ms": 500, "tpot_p99_ms": 30})
+        points = pareto.pareto_points(skipped)
+        summary = stats.summarize(skipped.select("single"), ["output_tok_s"])
+    assert sorted(zip(table.load, table.arm)) == [("loaded", "dp2"), ("loaded", "tp1"), ("single", "dp2")]
+    assert table.notna().all().all() and (table.goodput_output_tok_s <= table.output_tok_s + 1e-9).all()
+    assert sorted(zip(points.load, points.arm)) == sorted(zip(table.load, table.arm))
+    assert list(summary.arm) == ["dp2"] and summary.value.notna().all()
