@@ -36,10 +36,11 @@ SMOKE: dict[str, dict] = {
     "L2_engine/api_server.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, decode_requests=2, clients=4,
                                        closed_requests=8, burst_requests=8, trials=1, experiment="api-server-smoke"),
     # a closed-loop and a rate search on one eager engine (TPOT P99 ~10 ms at 8 clients here: the closed loop
-    # brackets and bisects); the template arm is not applicable on this CPU
+    # brackets and bisects); the template arm is not applicable on this CPU. A rate probe holds 3 s of its
+    # schedule, not 10: its four probes took 12 s each, half the notebook's smoke run
     "L2_engine/capacity.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, slo_ttft_p99_ms=500.0,
-                                     slo_tpot_p99_ms=8.0, clients="1,8", rates="2,16", probe_requests=16, trials=1,
-                                     experiment="capacity-smoke"),
+                                     slo_tpot_p99_ms=8.0, clients="1,8", rates="2,16", probe_requests=8,
+                                     probe_seconds=3.0, trials=1, experiment="capacity-smoke"),
     "L2_engine/batch_triangle.ipynb": dict(model="tiny-llama", grid="2,8", clients=8, num_requests=16,
                                            prompt_len=96, output_len=48, kv_cache_mib=1, slo_ms=8.0, trials=2,
                                            experiment="batch-triangle-smoke"),

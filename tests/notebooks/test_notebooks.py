@@ -87,16 +87,31 @@ def test_a_suite_run_names_no_host_and_no_path_of_this_machine(suite_run):
     assert not found, sorted(found)
 
 
-@pytest.mark.parametrize("notebook", IDS)
-def test_executed_notebook_passes_nbval(suite_run, notebook):
+@pytest.fixture(scope="module")
+def nbval_runs(suite_run):
+    """nbval on every executed notebook, JOBS at once: each re-run is a kernel that reads its own experiment's
+    store in the run (the store resumes: nothing is measured twice, and no two re-runs write one store)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     run, _, env = suite_run
-    executed = run / notebook.replace("/", "__")
-    nb = nbformat.read(executed, as_version=4)
+    env = {**env, "LABKIT_RESULTS_DIR": str(run / "results")}
+
+    def nbval(notebook):
+        executed = run / notebook.replace("/", "__")
+        return bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", str(executed)],
+                       NBVAL_LIMIT_S, cwd=executed.parent, env=env)
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        return dict(zip(IDS, pool.map(nbval, IDS)))
+
+
+@pytest.mark.parametrize("notebook", IDS)
+def test_executed_notebook_passes_nbval(suite_run, nbval_runs, notebook):
+    run, _, _ = suite_run
+    nb = nbformat.read(run / notebook.replace("/", "__"), as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
-    # one at a time: each re-run is a kernel reading the run's store (the store resumes: nothing measured twice)
-    nbval = bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", str(executed)],
-                    NBVAL_LIMIT_S, cwd=executed.parent, env={**env, "LABKIT_RESULTS_DIR": str(run / "results")})
+    nbval = nbval_runs[notebook]
     assert nbval.returncode == 0, nbval.stdout[-4000:] + nbval.stderr[-2000:]
 
 
