@@ -247,12 +247,17 @@ class Experiment:
                 return json.loads(cached.read_text())
             except (OSError, json.JSONDecodeError):
                 pass  # a damaged cache entry is computed again
-        # a busy machine took minutes to import vLLM here: the wait is said, not silent
-        print(f"resolving vLLM's defaults for {len(engine_args_by_arm)} arm(s) in a separate process (it imports "
-              "vLLM: seconds on an idle machine; remembered for the next plan; plan_table(defaults=False) skips it)",
-              flush=True)
+        # a busy machine took minutes to import vLLM here: the wait is said, not silent. The first arm's worker,
+        # started with the plan, imports vLLM anyway: a fork of it answers, where a resolver of its own would
+        # import vLLM a second time beside it (36.7 s of a plan on a fresh H100; 15-24 s a notebook in CI)
+        early = (self._early or {}).get("worker")
+        where = "the first arm's worker, once it has imported vLLM" if early else "a separate process (it imports vLLM)"
+        print(f"resolving vLLM's defaults for {len(engine_args_by_arm)} arm(s) in {where}: seconds on an idle "
+              "machine; remembered for the next plan; plan_table(defaults=False) skips it", flush=True)
         began = time.monotonic()
-        resolved = implied_defaults(self.context, engine_args_by_arm)
+        resolved = early.resolve(self.context, engine_args_by_arm) if early else None
+        if resolved is None:  # no early worker, or it ended before it answered
+            resolved = implied_defaults(self.context, engine_args_by_arm)
         print(f"resolved in {eta.duration_text(time.monotonic() - began)}", flush=True)
         if not any("error" in found for found in resolved.values()):
             try:

@@ -111,10 +111,30 @@ class ArmWorker:
     def __init__(self, job: ArmJob, workdir: Path, release_within_s: float | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         self.job, self.workdir = job, workdir
-        self.proc = multiprocessing.get_context("spawn").Process(
-            target=worker_main, args=(job.__dict__, str(workdir), os.getpid(), release_within_s),
-            name=f"labkit-arm-{job.arm}")
+        spawn = multiprocessing.get_context("spawn")
+        self._plans, plans = spawn.Pipe()  # a plan's arms out, vLLM's resolution back (the engine args hold secrets:
+        # they travel as the job does, never through a file)
+        self.proc = spawn.Process(target=worker_main, args=(job.__dict__, str(workdir), os.getpid(), release_within_s,
+                                                            plans), name=f"labkit-arm-{job.arm}")
         self.proc.start()
+        plans.close()
+
+    def resolve(self, context: str, engine_args_by_arm: dict[str, dict], limit_s: float = 300.0) -> dict | None:
+        """vLLM's resolution of a plan's arms in this context (labkit.spec.launch.resolve_arms), answered by a
+        fork of this worker once it has imported vLLM; None when the worker ended first or before it could be
+        asked (a plan then resolves in a process of its own). Past `limit_s` each arm gets {"error": ...}."""
+        try:
+            self._plans.send({"context": context, "arms": engine_args_by_arm})
+            began = time.monotonic()
+            while time.monotonic() - began < limit_s:
+                if self._plans.poll(0.2):
+                    return self._plans.recv()
+                if not self.proc.is_alive():
+                    return None
+        except (EOFError, OSError):
+            return None
+        return {arm: {"error": f"vLLM took over {limit_s:.0f} s to resolve the configuration"}
+                for arm in engine_args_by_arm}
 
     def events(self) -> list[dict]:
         path = self.workdir / "progress.jsonl"

@@ -40,22 +40,28 @@ class ArmJob:
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
 
-def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_within_s: float | None = None) -> None:
+def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_within_s: float | None = None,
+                plans=None) -> None:
     """The arm worker's entry point; never returns: measures the job into `workdir` with its output in
     engine.log, writes result.json (complete, or failed with the error) and exits the process. A worker not
-    released within `release_within_s` (one started for a plan that was never run) exits unused."""
+    released within `release_within_s` (one started for a plan that was never run) exits unused. `plans`, a
+    connection, brings a plan's arms to resolve while the worker waits (answered by a fork of it)."""
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
     if parent_pid is not None:
         _end_with_parent(parent_pid)
     # The arm's own variables go into this process only (the next arm's worker starts without them); then the
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
-    os.environ.update(job.get("arm_variables") or {})
+    own = dict(job.get("arm_variables") or {})
+    before = dict(os.environ)
+    os.environ.update(own)
     job["user_variables"] = tuning_variables()
     if job.get("compile_cache"):  # set after reading: the lab's, not the user's
         caches = cache_variables(job["compile_cache"])
         os.environ.update(caches)
+        own.update(caches)
         if "VLLM_CACHE_ROOT" not in caches:  # the user's own cache: the lab neither keeps nor judges it
             job["compile_cache"] = None
+    launched_with = {name: before.get(name) for name in own}  # the arm's variables as the plan knows them
     out = Path(workdir)
     log = open(out / "engine.log", "ab", buffering=0)
     os.dup2(log.fileno(), 1)  # vLLM's engine-core and worker children inherit these descriptors
@@ -66,7 +72,7 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
         began = time.perf_counter()
         _import_engine()
         _progress(out, stage=IMPORTED, seconds=round(time.perf_counter() - began, 2))
-        handed_over = _wait_for_release(out, release_within_s)  # what the parent learnt meanwhile (the reference)
+        handed_over = _wait_for_release(out, release_within_s, plans=plans, launched_with=launched_with)
         if handed_over is None:
             print(f"labkit: not released within {release_within_s:.0f} s; this worker exits unused", flush=True)
             os._exit(0)
@@ -99,15 +105,56 @@ def _import_engine() -> None:
     import labkit.measure.resolved  # noqa: F401
 
 
-def _wait_for_release(out: Path, limit_s: float | None = None, poll_s: float = 0.05) -> dict | None:
+def _wait_for_release(out: Path, limit_s: float | None = None, poll_s: float = 0.05, plans=None,
+                      launched_with: dict | None = None) -> dict | None:
     """Wait for the parent's go (it may come at once); returns what it handed over with it, or None when no go
-    came within `limit_s`."""
-    released, began = out / RELEASED, time.monotonic()
-    while not released.exists():
-        if limit_s is not None and time.monotonic() - began > limit_s:
-            return None
-        time.sleep(poll_s)
-    return json.loads(released.read_text())
+    came within `limit_s`. Meanwhile a plan's arms sent over `plans` are resolved in a fork of this process."""
+    released, began, forks = out / RELEASED, time.monotonic(), []
+    try:
+        while not released.exists():
+            if limit_s is not None and time.monotonic() - began > limit_s:
+                return None
+            if plans is not None and plans.poll():
+                forks.append(_resolve_in_a_fork(plans.recv(), plans, launched_with or {}))
+            time.sleep(poll_s)
+        return json.loads(released.read_text())
+    finally:
+        for pid in forks:  # a resolution still running when the arm's turn comes is not waited for
+            try:
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def _resolve_in_a_fork(asked: dict, plans, launched_with: dict) -> int:
+    """vLLM's resolution of a plan's arms (labkit.spec.launch.resolve_arms), sent back over `plans` by a fork
+    of this worker: it has vLLM imported already, where a resolver of its own would import it again (seconds of
+    a core, minutes on a busy machine). The fork ends with the answer, so nothing the configurations set stays in
+    the worker; it sees the environment without this arm's own variables, as a separate resolver would, and its
+    output (vLLM's config logs) goes to no arm's engine.log. Returns the fork's pid."""
+    import warnings
+
+    from labkit.spec.launch import resolve_arms  # imported before the fork: the child takes no import lock
+
+    with warnings.catch_warnings():  # Python 3.12's note on forking a threaded process would land in engine.log
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        return pid
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        for name, value in launched_with.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        plans.send(resolve_arms(asked["context"], asked["arms"]))
+    finally:
+        os._exit(0)
 
 
 def _wait_while_held(out: Path, limit_s: float = HOLD_LIMIT_S, poll_s: float = 0.1) -> float:

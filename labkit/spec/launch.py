@@ -173,15 +173,20 @@ def _resolve(context: str, engine_args: dict) -> dict:
             "cudagraph_capture_sizes": list(compilation.cudagraph_capture_sizes or [])}
 
 
-def _main() -> None:
-    job = json.loads(sys.stdin.read())
+def resolve_arms(context: str, engine_args_by_arm: dict[str, dict]) -> dict[str, dict]:
+    """_resolve for each arm, in a process that has vLLM imported; an arm vLLM refuses gets {"error": ...}."""
     found = {}
-    for arm, engine_args in job["arms"].items():
+    for arm, engine_args in engine_args_by_arm.items():
         try:
-            found[arm] = _resolve(job["context"], engine_args)
+            found[arm] = _resolve(context, engine_args)
         except Exception as exc:  # one arm vLLM refuses does not hide the others
             found[arm] = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(found), flush=True)
+    return found
+
+
+def _main() -> None:
+    job = json.loads(sys.stdin.read())
+    print(json.dumps(resolve_arms(job["context"], job["arms"]), default=str), flush=True)
 
 
 if __name__ == "__main__":

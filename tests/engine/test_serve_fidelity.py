@@ -91,3 +91,25 @@ def test_plan_table_shows_the_defaults_of_each_context(tmp_path):
     assert serve.loc["default", "cudagraph_capture_sizes"] == "none"  # no CUDA graphs on a CPU
     assert serve.loc["default", "launch"].startswith("vllm serve ")
     assert offline.loc["default", "launch"].startswith("LLM(model=")
+
+
+def test_the_first_arms_worker_resolves_the_plan_as_a_process_of_its_own_would(tmp_path, capsys):
+    """The plan's resolution is answered by a fork of the first arm's worker (vLLM imported once, not twice),
+    with the same values as a resolver process of its own, and none of its output in that arm's engine.log."""
+    # the first arm's own variable is set in its worker; the fork resolves without it, as a separate process would
+    arms = {"batch8": {"max_num_seqs": 8, "environment": {"VLLM_LOGGING_LEVEL": "DEBUG"}}, "default": {}}
+    workload = lk.Workload(4, lk.Fixed(16), lk.Fixed(8), lk.Burst())
+    forked = lk.Experiment("forked", arms, workload, model="tiny-llama", results_dir=tmp_path / "a")
+    by_worker = forked.plan_table().set_index("arm")
+    assert "in the first arm's worker" in capsys.readouterr().out
+    worker = forked._early["worker"]
+    assert worker.proc.is_alive()  # still waiting for its arm: the fork's end is not the worker's
+    separate = lk.Experiment("separate", arms, workload, model="tiny-llama", results_dir=tmp_path / "b")
+    by_process = separate.plan_table(prepare=False).set_index("arm")
+    assert "in a separate process" in capsys.readouterr().out
+    columns = ["max_num_seqs", "max_num_batched_tokens", "cudagraph_capture_sizes"]
+    assert by_worker[columns].equals(by_process[columns]) and by_worker.loc["batch8", "max_num_seqs"] == 8
+    assert not by_worker[columns].isin([None]).any().any()
+    log = (worker.workdir / "engine.log").read_text()
+    assert "Resolved architecture" not in log and "max_num_batched_tokens" not in log, log[-2000:]
+    worker.discard()
