@@ -1,6 +1,7 @@
 """The results explorer (ipywidgets; no engine needed): pick stored results (this checkout's, or the committed
 baselines of any hardware), an experiment, arms, a load and a metric, and read the values with their 95 %
-intervals and verdicts against a reference arm beside a plot. A batch-triangle result gets an SLO slider that
+intervals and verdicts against a reference arm beside a plot, or (view "Pareto front") every chosen arm and load as
+a point of tok/s per user against tok/s per GPU. A batch-triangle result gets an SLO slider that
 recomputes the answer, the goodput and the binding constraint from the stored requests; a chunked-prefill
 result a timeline whose window can be moved; a second set of results (another hardware) can be set beside.
 
@@ -16,7 +17,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from labkit import settings
-from labkit.analyze import slo, stats
+from labkit.analyze import pareto, slo, stats
 from labkit.errors import BadParameter, LabkitError
 from labkit.suite.runs import experiments_under
 from labkit.present import plots
@@ -25,6 +26,7 @@ from labkit.shown import change as relative, whole
 from labkit.store import Results, load
 
 NONE = "(none)"
+BY_METRIC, FRONT = "by metric", "Pareto front"
 def result_roots() -> dict[str, Path]:
     """Folders of stored results by label: this checkout's, then every committed baseline's (by hardware)."""
     current = settings.current()
@@ -107,6 +109,19 @@ def goodput_table(goodput: pd.DataFrame, answer: int | None) -> pd.DataFrame:
     return whole(table.reset_index(drop=True))
 
 
+def front_table(points: pd.DataFrame) -> pd.DataFrame:
+    """The Pareto points as read: arm, load, GPUs, tok/s per user and per GPU each "value [low, high]" (95 %), and
+    whether the point is on the front or which point beats it on both."""
+    table = points[["arm", "load", "gpus"]].copy()
+    for axis in ("user", "gpu"):
+        name = f"output_tok_s_per_{axis}"
+        table[f"output tok/s per {axis.upper() if axis == 'gpu' else axis}"] = [
+            cell(v, lo, hi) for v, lo, hi in zip(points[name], points[f"{name}_low"], points[f"{name}_high"])]
+    table["front"] = ["on the front" if not d else f"beaten by {by}" if by else "dominated"
+                      for d, by in zip(points.dominated, points.dominated_by)]
+    return whole(table.reset_index(drop=True))
+
+
 def root_label(relative: Path) -> str:
     """A results folder under the baselines as its hardware and date: 'h200 · suite run 2026-11-29 22:55 UTC'."""
     parts = []
@@ -141,6 +156,7 @@ class Explorer:
         self.arms = w.SelectMultiple(description="arms", rows=6)
         self.load = w.Dropdown(description="load")
         self.metric = w.Dropdown(options=sorted(stats.METRICS), value="tpot_p50_ms", description="metric")
+        self.view = w.Dropdown(options=[BY_METRIC, FRONT], value=BY_METRIC, description="view")
         self.slo = w.FloatSlider(description="SLO (ms)", min=0.0, max=1.0, step=0.1, continuous_update=False,
                                  style={"description_width": "initial"}, layout=w.Layout(width="32em"))
         self.window = w.FloatRangeSlider(description="window (s)", min=0.0, max=1.0, step=0.05,
@@ -148,13 +164,13 @@ class Explorer:
         self.out = w.Output()
         self.root.observe(lambda _: self._pick_root(), "value")
         self.experiment.observe(lambda _: self._pick_experiment(), "value")
-        for control in (self.arms, self.load, self.metric, self.beside, self.slo, self.window):
+        for control in (self.arms, self.load, self.metric, self.view, self.beside, self.slo, self.window):
             control.observe(lambda _: self.refresh(), "value")
         self._pick_root(experiment)
 
     def widget(self):
         import ipywidgets as w
-        return w.VBox([w.HBox([self.root, self.beside]), w.HBox([self.experiment, self.load, self.metric]),
+        return w.VBox([w.HBox([self.root, self.beside, self.view]), w.HBox([self.experiment, self.load, self.metric]),
                        w.HBox([self.arms, w.VBox([self.slo, self.window])]), self.out])
 
     def results(self, label: str | None = None) -> Results:
@@ -211,6 +227,9 @@ class Explorer:
             part = results
         order = [a for a in results.complete_arms if a in self.arms.value]
         reference = results.reference_arm if results.reference_arm in order else order[0]
+        if self.view.value == FRONT:
+            self._show_front(results, order)
+            return
         key = (self.root.value, self.beside.value, self.experiment.value, self.load.value, tuple(order),
                self.metric.value)
         if key not in self._shown:
@@ -254,6 +273,22 @@ class Explorer:
         else:
             self.slo.layout.display = "none"
             self.answer = None
+        self._show()
+
+    def _show_front(self, results: Results, order: list[str]):
+        """The chosen arms at every load as Pareto points (labkit.analyze.pareto), their table and plot."""
+        key = (FRONT, self.root.value, self.experiment.value, tuple(order))
+        if key not in self._shown:
+            self._say(f"working: the Pareto front of {len(order)} arm(s) of {self.experiment.value} ...")
+            self.busy = True
+            points = pareto.pareto_points(results)
+            figure = plots.pareto(points)
+            plt.close(figure)
+            self._shown[key] = (front_table(points), None, figure)
+            self.busy = False
+        self.table, _, self.figure = self._shown[key]
+        self.slo.layout.display = "none"  # the front is every load's: no SLO or window applies to it
+        self.answer = None
         self._show()
 
     def _say(self, sentence: str, table: pd.DataFrame | None = None):

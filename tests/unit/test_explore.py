@@ -115,3 +115,21 @@ def test_a_named_experiment_opens_the_results_that_hold_it_or_is_a_clear_error()
     assert explore.Explorer(suite_run_first, "diagnosis").root.value == "h200"
     with pytest.raises(BadParameter, match="no stored experiment 'nope'"):
         explore.Explorer(ROOTS, "nope")
+
+
+def test_the_pareto_view_shows_every_chosen_arm_and_load_as_a_point():
+    explorer = explore.Explorer(ROOTS, "cuda-graphs")
+    explorer.view.value = explore.FRONT
+    results = explorer.results()
+    assert len(explorer.table) == len(results.complete_arms) * len(results.loads)
+    assert list(explorer.table.columns) == ["arm", "load", "gpus", "output tok/s per user", "output tok/s per GPU",
+                                            "front"]
+    assert all(" [" in c for c in explorer.table["output tok/s per GPU"])  # each with its 95 % interval
+    # without graphs every point is beaten on both axes; the front is the captured launches'
+    front = explorer.table[explorer.table.front == "on the front"]
+    assert "default" in set(front.arm) and not set(front.arm) & {"graphs_off", "eager"}, explorer.table
+    assert explorer.figure is not None and explorer.slo.layout.display == "none"
+    explorer.arms.value = ("eager",)
+    assert set(explorer.table.arm) == {"eager"} and len(explorer.table) == len(results.loads)
+    explorer.view.value = explore.BY_METRIC
+    assert "change" in explorer.table.columns
