@@ -315,3 +315,12 @@ def search_table(results, arm: str | None = None, search: str | None = None) -> 
     table = table[[*first, *[c for c in table.columns if c not in first]]]
     table.attrs["answers"] = sentences
     return table
+
+
+def stored_slos(results) -> dict[str, float]:
+    """The SLOs an experiment's load searches were run against (from its stored workloads): what its goodput is
+    read at. {} when it has no load search, or when its searches hold different SLOs (then goodput is read per
+    search, with that search's SLOs, not for the experiment as a whole)."""
+    found = [w["slos"] for w in (results.spec.get("workloads") or {}).values()
+             if isinstance(w, dict) and w.get("kind") == "LoadSearch"]
+    return dict(found[0]) if found and all(slos == found[0] for slos in found) else {}

@@ -382,7 +382,7 @@ def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float =
         for row in summary.itertuples():
             entry = {"load": load, "arm": row.arm, "metric": row.metric, "value": row.value,
                      "ci_low": row.ci_low, "ci_high": row.ci_high}
-            if row.arm != baseline_arm and baseline_arm in part.complete_arms:
+            if row.arm != baseline_arm and baseline_arm in part.measured_arms:
                 c = compare(part, baseline_arm, row.arm, row.metric, threshold)
                 entry.update(change=c.rel_change, change_ci_low=c.ci_low, change_ci_high=c.ci_high, verdict=c.verdict,
                              caution=c.caution)
@@ -444,7 +444,7 @@ def differences(results, baseline_arm: str, candidate_arm: str, metrics: list[st
     alpha = (1 - confidence) / 2
     rows = []
     for load, part in results.per_load():
-        if not {baseline_arm, candidate_arm} <= set(part.complete_arms):
+        if not {baseline_arm, candidate_arm} <= set(part.measured_arms):
             continue
         for name in metric_names(metrics, VERDICT_METRICS):
             m = metric(name)

@@ -59,8 +59,10 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
                  statuses: list[dict] | None = None, path: str | Path | None = None) -> Path:
     """The path of the suite run's HTML report (RUN/report.html unless `path` is given): overrides, verdicts
     against the baseline, notebook statuses, environment changes, and each experiment's plots and conclusions."""
+    from labkit.analyze import slo, stats
+    from labkit.analyze.load_search import stored_slos
     from labkit.present import plots, tables
-    from labkit.analyze import stats
+    from labkit.present.explore import goodput_table
 
     run = Path(run)
     parts = [f"<html><head><meta charset='utf-8'><title>labkit suite {run.name}</title>{_STYLE}</head><body>",
@@ -101,6 +103,10 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
             parts.append(f"<h3>load {html.escape(str(load_name))}</h3>")
             parts.append(_figure(plots.arm_comparison(part, stats.VERDICT_METRICS)))
         parts.append("<h3>Conclusions</h3>" + tables.conclusions(record, baseline_arm).to_html())
+        if slos := stored_slos(results):  # a load search's SLOs: throughput beside what met them
+            limits = ", ".join(f"{stats.metric(name).meaning} <= {limit:g} ms" for name, limit in slos.items())
+            goodput = goodput_table(slo.goodput_by_load(results, slos), None).drop(columns="recommended")
+            parts.append(f"<h3>Goodput at the load searches' SLOs ({html.escape(limits)})</h3>" + goodput.to_html(index=False))
     parts.append("</body></html>")
     path = Path(path or run / "report.html")
     path.write_text("\n".join(parts))

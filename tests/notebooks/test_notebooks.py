@@ -65,6 +65,8 @@ def test_suite_runs_every_notebook_and_exits_clean(suite_run):
     if JOBS > 1:  # every notebook ran bound to one of the core groups, and each group was used
         assert len({r["cores"] for r in records}) == JOBS and None not in {r["cores"] for r in records}
     assert "no pinned baseline" in done.stdout and (run / "report.html").exists()
+    # the capacity notebook's load searches: its goodput, at their SLOs, is in the report
+    assert "Goodput at the load searches' SLOs" in (run / "report.html").read_text()
 
 
 def test_a_suite_run_names_no_host_and_no_path_of_this_machine(suite_run):

@@ -218,3 +218,16 @@ def test_probe_levels_map_each_stored_probe_load_to_its_level_and_the_curve_draw
     assert fig.axes[0].get_xlabel() == "concurrent clients"
     with pytest.raises(BadParameter, match="no load of this goodput table was probed"):
         plots.goodput_curve(goodput.assign(load="other"), levels)
+
+
+def test_the_slos_goodput_is_read_at_are_the_load_searches_own():
+    from types import SimpleNamespace
+
+    slos = {"ttft_p99_ms": 1000.0, "tpot_p99_ms": 50.0}
+    clients = lk.LoadSearch(slos, clients=(1, 64)).to_dict()
+    rate = lk.LoadSearch(slos, rate=(1.0, 8.0)).to_dict()
+    stored = lambda **workloads: SimpleNamespace(spec={"workloads": workloads})
+    assert ls.stored_slos(stored(clients=clients, rate=rate)) == slos
+    assert ls.stored_slos(stored(default=lk.Workload.closed_loop(8, 16, 8, 2).to_dict())) == {}  # no search: none
+    other = lk.LoadSearch({"ttft_p99_ms": 500.0}, rate=(1.0, 8.0)).to_dict()
+    assert ls.stored_slos(stored(clients=clients, rate=other)) == {}  # two sets: goodput is read per search
