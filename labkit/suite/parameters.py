@@ -96,8 +96,10 @@ PROFILES: dict[str, dict[str, dict]] = {
              # sized by time: every load is a few rounds of 128 decode steps, and without graphs a step is launch-
              # bound (28 ms on an H100 at any batch: 12-15 s a trial of four rounds, the minimum of two trials per
              # load 142 s, data/baselines/h100/time-to-verdict-2026-12-05); two rounds a trial halve that, and the
-             # synchronous rounds of a closed loop measure the same token rates
-             "L3_kernel/cuda_graphs.ipynb": {"decode_requests": 2, "requests_per_client": 2, "stream_requests": 128},
+             # synchronous rounds of a closed loop measure the same token rates. Its own results folder: the
+             # committed H200 store (four rounds a trial) would refuse the changed workload
+             "L3_kernel/cuda_graphs.ipynb": {"decode_requests": 2, "requests_per_client": 2, "stream_requests": 128,
+                                             "experiment": "cuda-graphs-time-sized"},
              # mistuned three ways (eager, Triton's attention instead of the platform's first choice, a batch
              # of 4 under 16 clients): three one-change arms for those, and fp8 KV cache on an fp8 GPU
              "01_diagnose.ipynb": {"command": "vllm serve meta-llama/Meta-Llama-3-8B-Instruct --enforce-eager "
