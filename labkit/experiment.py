@@ -49,6 +49,15 @@ def _shared_knobs(knob_sets: list[dict]) -> dict:
     return {k: v for k, v in first.items() if all(k in other and other[k] == v for other in rest)}
 
 
+def layered_knobs(*layers: dict) -> dict:
+    """Knob layers (base, arm, overrides), each later one winning, except that the `environment` knob's
+    variables add up: an override's variable joins an arm's own instead of dropping them."""
+    merged = {name: value for layer in layers for name, value in layer.items()}
+    if variables := {name: text for layer in layers for name, text in layer.get("environment", {}).items()}:
+        merged["environment"] = variables
+    return merged
+
+
 def launch_overrides() -> dict:
     """Knobs the settings force onto every arm (`labkit suite --override`, handed to each notebook kernel):
     one deliberate change, tried across every experiment."""
@@ -161,12 +170,12 @@ class Experiment:
     # ---- planning (no engine) ------------------------------------------------------------------
     def plans(self) -> dict[str, ArmPlan]:
         """Each arm's plan: base, own and override knobs translated to engine arguments, or why it cannot run here."""
-        return {arm: self._plan(arm, {**self.base, **knobs}) for arm, knobs in self.arms.items()}
+        return {arm: self._plan(arm, layered_knobs(self.base, knobs)) for arm, knobs in self.arms.items()}
 
     def _plan(self, arm: str, knobs: dict) -> ArmPlan:
         """An override that contradicts an arm's own knobs (enforce_eager against narrowed capture sizes)
         makes that arm not applicable, with the reason, instead of failing the whole experiment."""
-        merged = {**knobs, **self.overrides}
+        merged = layered_knobs(knobs, self.overrides)
         try:
             return plan_arm(merged, self.platform, f"arm {arm!r}")
         except BadParameter as exc:  # the arm's own knobs passed in __post_init__: the override is at odds

@@ -18,9 +18,10 @@ SMOKE: dict[str, dict] = {
     "00_quickstart.ipynb": dict(model="tiny-llama", num_requests=24, prompt_len=64, output_len=16, trials=2,
                                 experiment="quickstart-smoke"),
     # one change to find (max_num_seqs 1 under 4 clients queues requests: TTFT): two engine starts
-    "01_diagnose.ipynb": dict(command="vllm serve tiny-llama --max-num-seqs 1", model="tiny-llama", prompt_len=32,
-                              output_len=16, clients=4, requests=8, target="ttft_p99_ms", trials=2,
-                              experiment="diagnosis-smoke"),
+    # the command as a user sets a variable for one launch: no worker process beside the engine core (see below)
+    "01_diagnose.ipynb": dict(command="VLLM_ENABLE_V1_MULTIPROCESSING=0 vllm serve tiny-llama --max-num-seqs 1",
+                              model="tiny-llama", prompt_len=32, output_len=16, clients=4, requests=8,
+                              target="ttft_p99_ms", trials=2, experiment="diagnosis-smoke"),
     "explore.ipynb": dict(experiment="quickstart-smoke"),
     # a 2 MiB pool holds 2,048 tokens of the tiny model: 7 documents of 256 + 32, so 16 overflow it
     "L1_business/prefix_cache.ipynb": dict(model="tiny-llama", system_tokens=256, question_tokens=32, output_len=8,
@@ -69,16 +70,23 @@ SMOKE: dict[str, dict] = {
 }
 
 # A smoke run checks a notebook's wiring: its engines start eager (torch.compile off: 10-25 s less per engine
-# start on a CPU), except in the notebooks whose subject is compilation, which do not ask for it.
-SMOKE_OVERRIDES = {"enforce_eager": True}
+# start on a CPU), except in the notebooks whose subject is compilation (they ask for eager=False). Every smoke
+# engine on one device keeps its worker inside the engine-core process: vLLM's CPU platform otherwise starts a
+# worker process of its own even for one device, and that process imports vLLM a third time (8-10 s of each
+# CPU engine start here). On a GPU a one-device engine is laid out so already; engines over several devices
+# keep their worker processes either way.
+SMOKE_LAYOUT = {"environment": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
+SMOKE_OVERRIDES = {"enforce_eager": True, **SMOKE_LAYOUT}
 
 
-def smoke_overrides(smoke: bool) -> dict:
-    """The knobs forced onto a notebook's arms: in a smoke run an eager engine, then the settings' launch
-    overrides (`labkit suite --override`), which win. Shown in each arm's knobs and launch line."""
+def smoke_overrides(smoke: bool, eager: bool = True) -> dict:
+    """The knobs forced onto a notebook's arms: in a smoke run an eager engine (unless eager=False) without a
+    worker process beside its engine core, then the settings' launch overrides (`labkit suite --override`),
+    which win. Shown in each arm's knobs and launch line."""
     from labkit.experiment import launch_overrides  # the experiment module imports this one's package
 
-    return {**(SMOKE_OVERRIDES if smoke else {}), **launch_overrides()}
+    smoke_knobs = (SMOKE_OVERRIDES if eager else SMOKE_LAYOUT) if smoke else {}
+    return {**smoke_knobs, **launch_overrides()}
 
 
 # Named parameter sets: "*" applies to every notebook, a notebook path (relative to notebooks/) overrides.

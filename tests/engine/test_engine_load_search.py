@@ -7,6 +7,7 @@ import pytest
 
 import labkit as lk
 from labkit.analyze import load_search as ls
+from labkit.suite.parameters import SMOKE_OVERRIDES  # eager, and no worker process beside the engine core
 
 pytestmark = pytest.mark.engine
 
@@ -24,7 +25,7 @@ def searched(tmp_path_factory):
                                requests=8, seconds=4),
     }
     exp = lk.Experiment("search", {"two": {"max_num_seqs": 2}}, loads, model="tiny-llama",
-                        protocol=lk.Protocol(trials=2, warmup_requests=2), base={"enforce_eager": True},
+                        protocol=lk.Protocol(trials=2, warmup_requests=2), base=SMOKE_OVERRIDES,
                         results_dir=tmp_path_factory.mktemp("results"))
     return exp.run(progress=False)
 

@@ -12,12 +12,15 @@ import pytest
 import labkit as lk
 from labkit.analyze.stopping import REASONS, reference_values, stop_reason
 from labkit.store import INTERRUPTED, ExperimentStore
+from labkit.suite.parameters import SMOKE_OVERRIDES
 
 pytestmark = pytest.mark.engine
 
 WORKLOAD = lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst())
 PROTOCOL = lk.Protocol(trials=1, warmup_requests=2)
-EAGER = {"enforce_eager": True}  # the same real engine, without the compile wait
+# the same real engine as a smoke run starts it: eager (no compile wait), and no worker process beside the
+# engine core (one import of vLLM fewer); the tests of processes left behind keep vLLM's own layout
+SMOKE = SMOKE_OVERRIDES
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +31,7 @@ def failures(tmp_path_factory):
         "failures",
         # 1 MiB of KV cache cannot hold one 4096-token request: vLLM refuses to start this engine
         {"kv_too_small": {"kv_cache_memory_bytes": 1 << 20, "max_model_len": 4096}, "ok": {}},
-        WORKLOAD, model="tiny-llama", base=EAGER, protocol=lk.Protocol(trials="auto", warmup_requests=2, budget_s=None),
+        WORKLOAD, model="tiny-llama", base=SMOKE, protocol=lk.Protocol(trials="auto", warmup_requests=2, budget_s=None),
         results_dir=tmp_path_factory.mktemp("results"))
     return exp, exp.run(progress=False)
 
@@ -70,10 +73,11 @@ def test_an_adaptive_arm_stops_for_a_reason_its_stored_trials_bear_out(failures)
 SCRIPT = textwrap.dedent("""
     import sys
     import labkit as lk
+    from labkit.suite.parameters import SMOKE_OVERRIDES
     if __name__ == "__main__":
         exp = lk.Experiment("killed", {"first": {"max_num_seqs": 2}, "second": {"max_num_seqs": 4}},
                             lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst()), model="tiny-llama",
-                            base={"enforce_eager": True}, protocol=lk.Protocol(trials=1, warmup_requests=2),
+                            base=SMOKE_OVERRIDES, protocol=lk.Protocol(trials=1, warmup_requests=2),
                             results_dir=sys.argv[1])
         exp.run(progress=False)
 """)
@@ -97,7 +101,7 @@ def killed(tmp_path_factory):
     assert not (tmp_path / "killed" / "arms" / "second").exists()
     kept = first_done.read_text()
     exp = lk.Experiment("killed", {"first": {"max_num_seqs": 2}, "second": {"max_num_seqs": 4}}, WORKLOAD,
-                        model="tiny-llama", base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
+                        model="tiny-llama", base=SMOKE, protocol=PROTOCOL, results_dir=tmp_path)
     return tmp_path, kept, exp.run(progress=False)
 
 
@@ -113,7 +117,7 @@ def test_killed_experiment_keeps_completed_arms_and_runs_only_the_rest(killed):
 def test_changed_spec_is_refused_before_any_engine_starts(killed):
     tmp_path, _, _ = killed
     changed = lk.Experiment("killed", {"third": {}, "first": {"max_num_seqs": 3}}, WORKLOAD, model="tiny-llama",
-                            base=EAGER, protocol=PROTOCOL, results_dir=tmp_path)
+                            base=SMOKE, protocol=PROTOCOL, results_dir=tmp_path)
     with pytest.raises(lk.StoreConflict, match="different"):
         changed.run(progress=False)
     assert not (tmp_path / "killed" / "arms" / "third").exists()  # arm third was not run either
@@ -126,7 +130,7 @@ def test_a_worker_killed_from_outside_leaves_no_engine_process(tmp_path):
 
     from labkit.measure.supervisor import ArmJob, run_arm
 
-    exp = lk.Experiment("orphans", {"eager": EAGER}, lk.Workload(64, lk.Fixed(16), lk.Fixed(64), lk.Burst()),
+    exp = lk.Experiment("orphans", {"eager": {"enforce_eager": True}}, lk.Workload(64, lk.Fixed(16), lk.Fixed(64), lk.Burst()),
                         model="tiny-llama", protocol=lk.Protocol(trials=20, warmup_requests=2), results_dir=tmp_path)
     ref = lk.resolve_model("tiny-llama")
     spec = exp.arm_spec(exp.plans()["eager"], ref)

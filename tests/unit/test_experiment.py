@@ -28,6 +28,19 @@ def test_override_wins_over_every_arm(tmp_path):
     assert plans["eager"].engine_args == {"enforce_eager": True, "max_num_seqs": 8}
 
 
+def test_the_variables_of_base_arm_and_overrides_add_up(tmp_path):
+    exp = Experiment("vars", arms={"p2p_off": {"environment": {"NCCL_P2P_DISABLE": "1", "VLLM_LOGGING_LEVEL": "INFO"}},
+                                   "plain": {}},
+                     workload=LOAD, model="llama3-8b", results_dir=tmp_path, platform=H200,
+                     base={"environment": {"VLLM_LOGGING_LEVEL": "WARNING", "VLLM_CACHE_ROOT": "/cache"}},
+                     overrides={"environment": {"VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}})
+    plans = exp.plans()
+    assert plans["p2p_off"].variables == {"VLLM_CACHE_ROOT": "/cache", "NCCL_P2P_DISABLE": "1",
+                                          "VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert plans["plain"].variables == {"VLLM_CACHE_ROOT": "/cache", "VLLM_LOGGING_LEVEL": "DEBUG",
+                                        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
 def test_override_contradicting_an_arm_makes_only_that_arm_not_applicable(tmp_path):
     plans = experiment(tmp_path, {"enforce_eager": True}).plans()
     assert "launch override" in plans["narrow"].not_applicable

@@ -95,10 +95,12 @@ def test_a_smoke_run_starts_eager_engines_and_the_settings_overrides_win():
     from labkit import settings
     from labkit.suite.parameters import smoke_overrides
 
-    assert smoke_overrides(True) == {"enforce_eager": True} and smoke_overrides(False) == {}
+    single_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert smoke_overrides(True) == {"enforce_eager": True, "environment": single_process}
+    assert smoke_overrides(False) == {}
     forced = settings.current().replace(launch_overrides={"enforce_eager": False, "max_num_seqs": 8})
     with settings.use(forced):
-        assert smoke_overrides(True) == {"enforce_eager": False, "max_num_seqs": 8}
+        assert smoke_overrides(True) == {"enforce_eager": False, "max_num_seqs": 8, "environment": single_process}
         assert smoke_overrides(False) == {"enforce_eager": False, "max_num_seqs": 8}
 
 
