@@ -186,17 +186,28 @@ REMEASURE_WAIT_S = 5.0
 REMEASURE_MAX_PER_ARM = 2
 
 
-async def _trial_with_retry(run_one, remeasured: list, load: str, trial: int, cpu_count: int | None,
+def remeasure_above(platform_kind: str) -> float | None:
+    """The outside load, in cores, past which a CPU trial is measured again (None: an engine that is not a
+    CPU's): more than REMEASURE_SHARE of the cores this arm may run on, once the cores it may not run on are
+    full. Work on those does not take the engine's: in a suite of two notebooks at once, each bound to a core
+    of its own, the other notebook's engine keeps the other core busy, and that alone re-measured nine trials of the smoke suite."""
+    if platform_kind != "cpu":
+        return None
+    cores, own = os.cpu_count(), len(os.sched_getaffinity(0))
+    return (cores - own) + REMEASURE_SHARE * own
+
+
+async def _trial_with_retry(run_one, remeasured: list, load: str, trial: int, heavy_above: float | None,
                             wait_s: float = REMEASURE_WAIT_S, sleep=asyncio.sleep):
-    """One trial, `await run_one(attempt)` -> (rows, summary); where `cpu_count` is given (a CPU engine) and
-    the outside load exceeded REMEASURE_SHARE of it, measured again after `wait_s` while the arm has
+    """One trial, `await run_one(attempt)` -> (rows, summary); where `heavy_above` is given (a CPU engine,
+    remeasure_above) and the outside load exceeded it, measured again after `wait_s` while the arm has
     re-measurements left (`remeasured` holds the arm's discarded attempts: load, trial, host_other_cores).
     Keeps the attempt under the least outside load; its summary says how many attempts it replaced."""
     attempts = [await run_one(0)]
 
     def heavy(summary) -> bool:
         cores = summary.get("host_other_cores")
-        return cpu_count is not None and cores is not None and cores > REMEASURE_SHARE * cpu_count
+        return heavy_above is not None and cores is not None and cores > heavy_above
 
     while heavy(attempts[-1][1]) and len(remeasured) + len(attempts) - 1 < REMEASURE_MAX_PER_ARM:
         await sleep(wait_s)
@@ -286,7 +297,7 @@ async def _search(engine, job: ArmJob, protocol, sampling: dict, name: str, spec
                 return await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, probe_index,
                                        gpu_state, attempt=attempt, watch=watch)
             trial_rows, summary = await _trial_with_retry(one, remeasured, load, trial,
-                                                          os.cpu_count() if job.platform_kind == "cpu" else None)
+                                                          remeasure_above(job.platform_kind))
             spent += time.perf_counter() - began
             rows += [{**row, "load": load} for row in trial_rows]
             trials.append({**summary, "load": load, "search": name, "level": float(level)})
@@ -380,7 +391,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
                 trial_rows, summary = await _trial_with_retry(
                     lambda attempt: run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index,
                                               gpu_state, attempt=attempt),
-                    remeasured, load, trial, os.cpu_count() if job.platform_kind == "cpu" else None)
+                    remeasured, load, trial, remeasure_above(job.platform_kind))
                 spent += time.perf_counter() - began
                 rows += [{**row, "load": load} for row in trial_rows]
                 trials.append({**summary, "load": load})
@@ -394,7 +405,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
         if len(ran) > 1:  # each load stops on its own: say which stopped why
             facts.update(stopped_by_load=stopped, trials_by_load=ran)
         if job.platform_kind == "cpu":  # how often the host was too busy to keep a trial, and how busy
-            facts.update(trials_remeasured=len({(r["load"], r["trial"]) for r in remeasured}), remeasured=remeasured)
+            facts.update(trials_remeasured=len({(r["load"], r["trial"]) for r in remeasured}), remeasured=remeasured,
+                         remeasure_above_cores=remeasure_above(job.platform_kind))
         if protocol.profile_requests:
             _progress(out, stage="profiling")
             first = _first_workload(next(iter(job.workloads.values())))  # a Workload or a Mix

@@ -154,13 +154,13 @@ def _fake(loads):
     return run_one, asked
 
 
-def _retry(loads, remeasured, cpu_count=2):
+def _retry(loads, remeasured, heavy_above=1.0):
     run_one, asked = _fake(loads)
     waits = []
 
     async def sleep(s):
         waits.append(s)
-    rows, summary = asyncio.run(_trial_with_retry(run_one, remeasured, "c4", 0, cpu_count, wait_s=3.0, sleep=sleep))
+    rows, summary = asyncio.run(_trial_with_retry(run_one, remeasured, "c4", 0, heavy_above, wait_s=3.0, sleep=sleep))
     return rows, summary, asked, waits
 
 
@@ -175,8 +175,24 @@ def test_a_trial_under_heavy_outside_load_is_measured_again_and_the_quieter_one_
 def test_a_quiet_trial_or_a_gpu_engine_is_kept_as_measured():
     rows, summary, asked, waits = _retry([0.9], [])  # 0.9 of 2 cores: not more than half
     assert asked == [0] and waits == [] and summary["remeasured"] == 0
-    _, summary, asked, _ = _retry([1.9], [], cpu_count=None)  # not a CPU engine: never re-measured
+    _, summary, asked, _ = _retry([1.9], [], heavy_above=None)  # not a CPU engine: never re-measured
     assert asked == [0] and summary["host_other_cores"] == 1.9
+
+
+def test_outside_load_counts_against_the_cores_the_arm_may_run_on(monkeypatch):
+    """On 2 cores: an arm free to use both re-measures past 1 core of outside load; an arm bound to one core
+    (a suite of two notebooks at once) only once the other core is full and half of its own is taken too."""
+    from labkit.measure import worker
+
+    monkeypatch.setattr(worker.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert worker.remeasure_above("cpu") == 1.0 and worker.remeasure_above("cuda") is None
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {1})
+    assert worker.remeasure_above("cpu") == 1.5
+    _, summary, asked, _ = _retry([1.2], [], heavy_above=worker.remeasure_above("cpu"))  # the other notebook
+    assert asked == [0] and summary["remeasured"] == 0
+    _, summary, asked, _ = _retry([1.7, 1.1], [], heavy_above=worker.remeasure_above("cpu"))  # it spills over
+    assert asked == [0, 1] and summary["host_other_cores"] == 1.1
 
 
 def test_re_measurements_are_bounded_per_arm():
