@@ -10,8 +10,8 @@ def _has_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-# the longest chains first, so that two test processes finish together: the notebook suite (one module,
-# ~10 min), then the engine and browser tests, then the unit tests that fill the gaps
+# the longest chains first, so that test processes run side by side finish together: the notebook suite (one
+# module, ~10 min), then the engine and browser tests, then the unit tests that fill the gaps
 FIRST = ("notebooks", "engine", "browser")
 
 
@@ -38,6 +38,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         elif (f"{os.sep}engine{os.sep}" in path or f"{os.sep}notebooks{os.sep}" in path) and not has_vllm:
             item.add_marker(skip_engine)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cores_of_this_test_process():
+    """With several test processes (`make test` runs the engine and browser tests in two), each takes its own
+    share of the cores, as the suite does for its notebooks: vLLM's CPU engine binds its threads to the first
+    cores it may use, so engines of two processes left unbound would share those. Tests that need more cores
+    (two tensor-parallel ranks) widen it for themselves."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cores = sorted(os.sched_getaffinity(0))
+    if worker.startswith("gw") and 1 < count <= len(cores):
+        os.sched_setaffinity(0, cores[int(worker[2:]) % count::count])
+    yield
+    os.sched_setaffinity(0, cores)
 
 
 @pytest.fixture

@@ -13,8 +13,11 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def tp_results(tmp_path_factory):
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count()))  # a test process bound to a share of the cores widens it
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
+        os.sched_setaffinity(0, own)
         pytest.skip("two CPU ranks need two cores")
     saved = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     # the arm workers inherit it: each rank on a core of its own, of those this process may use
@@ -28,6 +31,7 @@ def tp_results(tmp_path_factory):
             results_dir=tmp_path_factory.mktemp("results"))
         return exp.run(progress=False)
     finally:
+        os.sched_setaffinity(0, own)
         if saved is None:
             del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
         else:
