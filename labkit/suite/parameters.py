@@ -18,10 +18,10 @@ SMOKE: dict[str, dict] = {
     "00_quickstart.ipynb": dict(model="tiny-llama", num_requests=24, prompt_len=64, output_len=16, trials=2,
                                 experiment="quickstart-smoke"),
     # one change to find (max_num_seqs 1 under 4 clients queues requests: TTFT): two engine starts
-    # the command as a user sets a variable for one launch: no worker process beside the engine core (see below)
-    "01_diagnose.ipynb": dict(command="VLLM_ENABLE_V1_MULTIPROCESSING=0 vllm serve tiny-llama --max-num-seqs 1",
-                              model="tiny-llama", prompt_len=32, output_len=16, clients=4, requests=8,
-                              target="ttft_p99_ms", trials=2, experiment="diagnosis-smoke"),
+    # (its launch is the command: a variable set there would be a change the diagnosis proposes to undo)
+    "01_diagnose.ipynb": dict(command="vllm serve tiny-llama --max-num-seqs 1", model="tiny-llama", prompt_len=32,
+                              output_len=16, clients=4, requests=8, target="ttft_p99_ms", trials=2,
+                              experiment="diagnosis-smoke"),
     "explore.ipynb": dict(experiment="quickstart-smoke"),
     # a 2 MiB pool holds 2,048 tokens of the tiny model: 7 documents of 256 + 32, so 16 overflow it
     "L1_business/prefix_cache.ipynb": dict(model="tiny-llama", system_tokens=256, question_tokens=32, output_len=8,
