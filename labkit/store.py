@@ -418,7 +418,8 @@ def load(name: str, root: str | Path | None = None) -> Results:
         arms = arms.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
     return Results(name, store.path, spec, arms,
                    pd.concat(requests, ignore_index=True) if requests else pd.DataFrame(),
-                   _with_cache_columns(pd.concat(trials, ignore_index=True)) if trials else pd.DataFrame(), environment)
+                   _with_speculation_columns(_with_cache_columns(pd.concat(trials, ignore_index=True)))
+                   if trials else pd.DataFrame(), environment)
 
 
 def _with_cache_columns(trials: pd.DataFrame) -> pd.DataFrame:
@@ -430,6 +431,17 @@ def _with_cache_columns(trials: pd.DataFrame) -> pd.DataFrame:
     queries, hits, prompt = trials.prefix_cache_queries, trials.prefix_cache_hits, trials.engine_prompt_tokens
     hit_pct = (100 * hits / queries.where(queries > 0)).where(queries > 0, 0.0).where(prompt > 0)
     return trials.assign(prefix_hit_pct=hit_pct, prefill_tokens_computed=prompt - hits)
+
+
+def _with_speculation_columns(trials: pd.DataFrame) -> pd.DataFrame:
+    """Speculative decoding in each trial, from vLLM's counters: the share of drafted tokens the target model
+    accepted, and the mean accepted length (1 + accepted per draft: the tokens one verifying step yields, as
+    vLLM's own log reports it); empty where an arm drafted nothing."""
+    if not {"spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"} <= set(trials):
+        return trials
+    drafts, drafted, accepted = trials.spec_drafts, trials.spec_draft_tokens, trials.spec_accepted_tokens
+    return trials.assign(spec_acceptance_pct=100 * accepted / drafted.where(drafted > 0),
+                         spec_accepted_length=1 + accepted / drafts.where(drafts > 0))
 
 
 def _flat(meta: dict) -> dict:

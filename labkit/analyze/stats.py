@@ -79,6 +79,10 @@ def _metrics() -> dict[str, Metric]:
                                    "prompt tokens served from the prefix cache, % of those queried")
     out["prefill_tokens_computed"] = Metric("prefill_tokens_computed", "trial", "prefill_tokens_computed", None, True,
                                             "prompt tokens prefilled (not served from the cache) per trial")
+    out["spec_acceptance_pct"] = Metric("spec_acceptance_pct", "trial", "spec_acceptance_pct", None, False,
+                                        "drafted tokens the target model accepted, % (speculative decoding)")
+    out["spec_accepted_length"] = Metric("spec_accepted_length", "trial", "spec_accepted_length", None, False,
+                                         "tokens a verifying step yields: 1 + accepted per draft")
     out["kv_usage_peak_pct"] = Metric("kv_usage_peak_pct", "trial", "kv_usage_peak_pct", None, True,
                                       "peak KV-cache usage, % of the pool")
     for prefix, level, column, meaning in (("ttft", "request", "ttft_ms", "time to first token"),
@@ -215,6 +219,15 @@ def point(data: list[np.ndarray], m: Metric) -> float:
 
 
 @shows_whole
+def interval(replicate_values, alpha: float) -> tuple[float, float]:
+    """The (alpha, 1 - alpha) quantiles of bootstrap replicates; NaN for a metric an arm has no value of (the
+    acceptance of an arm that drafts nothing), without numpy's warning about an empty slice."""
+    values = np.asarray(replicate_values, float)
+    if not np.isfinite(values).any():
+        return float("nan"), float("nan")
+    return float(np.nanquantile(values, alpha)), float(np.nanquantile(values, 1 - alpha))
+
+
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per arm and metric: the value and its confidence interval (the arms that ran these results' loads:
     under a load search, each arm only at its own probe levels)."""
@@ -227,8 +240,8 @@ def summarize(results, metrics: list[str] | None = None, confidence: float = 0.9
             m = metric(name)
             data = groups(results, arm, m)
             reps = replicates(data, m)
-            rows.append({"arm": arm, "metric": name, "value": point(data, m),
-                         "ci_low": float(np.nanquantile(reps, alpha)), "ci_high": float(np.nanquantile(reps, 1 - alpha)),
+            low, high = interval(reps, alpha)
+            rows.append({"arm": arm, "metric": name, "value": point(data, m), "ci_low": low, "ci_high": high,
                          "trials": int(sum(len(g) for g in data)) if m.level == "trial" else len(data),
                          "n": int(sum(len(g) for g in data))})
     return pd.DataFrame(rows)
@@ -277,7 +290,7 @@ def compare_groups(base: list[np.ndarray], cand: list[np.ndarray], m: Metric, th
                           TOO_FEW)
     rel = replicates(cand, m, seed=2) / replicates(base, m, seed=1) - 1
     alpha = (1 - confidence) / 2
-    low, high = float(np.nanquantile(rel, alpha)), float(np.nanquantile(rel, 1 - alpha))
+    low, high = interval(rel, alpha)
     return Comparison(m.name, a, b, b / a - 1 if a else float("nan"), low, high, verdict(low, high, m, threshold),
                       threshold)
 

@@ -184,6 +184,41 @@ ARM_VARIABLE_PREFIXES = ("NCCL_", "VLLM_")
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# Speculative decoding the lab can run without a second model: vLLM's n-gram proposer drafts the next k tokens
+# by looking the last n tokens up in the request's own prompt and output (prompt lookup); the target model then
+# verifies all k+1 in one step. The same method name and fields in vLLM 0.26 and 0.32 (vllm/config/speculative.py).
+SPECULATIVE_METHODS = ("ngram",)
+SPECULATIVE_FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+
+
+def _speculative(value) -> str | None:
+    example = ("{'method': 'ngram', 'num_speculative_tokens': 3, 'prompt_lookup_min': 2, "
+               "'prompt_lookup_max': 4}")
+    if not isinstance(value, dict):
+        return f"must be a dict such as {example}, got {value!r}"
+    problems = [f"{name!r} is not a field of it{close_match(name, SPECULATIVE_FIELDS)}; its fields: "
+                f"{', '.join(SPECULATIVE_FIELDS)}" for name in value if name not in SPECULATIVE_FIELDS]
+    if value.get("method") not in SPECULATIVE_METHODS:
+        problems.append(f"method must be one of {list(SPECULATIVE_METHODS)} (prompt lookup: no draft model to "
+                        f"load), got {value.get('method')!r}{close_match(value.get('method'), SPECULATIVE_METHODS)}")
+    if "num_speculative_tokens" not in value:
+        problems.append("num_speculative_tokens (k, the tokens drafted a step) is missing")
+    for name in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"):
+        if name in value and number_problem(value[name], **COUNT):
+            problems.append(f"{name} must be a whole number >= 1, got {value[name]!r}")
+    low, high = value.get("prompt_lookup_min"), value.get("prompt_lookup_max")
+    if not (number_problem(low, **COUNT) or number_problem(high, **COUNT)) and low > high:
+        problems.append(f"the n-gram window is empty: prompt_lookup_min {low} > prompt_lookup_max {high}")
+    return f"must be a dict such as {example}: " + "; ".join(problems) if problems else None
+
+
+def _speculative_args(value, platform: Platform) -> dict:
+    return {"speculative_config": dict(value)}
+
+
+_speculative_args.flags = lambda value: _speculative_args(value, None)  # --speculative-config '{...}'
+
+
 def _variable_value_ok(text) -> bool:
     """Text without NUL (the OS refuses it), or a finite number (written as text for the worker)."""
     if isinstance(text, str):
@@ -264,6 +299,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          "server's own cost included)", _boolean, lambda value, platform: {}),
     Knob("api_server_count", "API server processes `vllm serve` starts in front of its one engine "
          "(--api-server-count; an arm behind the server only)", _positive_int, _api_server_count_args),
+    Knob("speculative", "speculative decoding by prompt lookup: {'method': 'ngram', 'num_speculative_tokens': "
+         "k, 'prompt_lookup_min': a, 'prompt_lookup_max': b} drafts k tokens a step from the request's own "
+         "n-grams, verified in one step of the target model", _speculative, _speculative_args),
     Knob("environment", "NCCL_*/VLLM_* variables set in this arm's worker only, before vLLM starts (e.g. "
          "NCCL_P2P_DISABLE=1: all-reduce traffic off NVLink)", _arm_variables, _arm_variables_args),
 ]}

@@ -72,6 +72,8 @@ def to_knobs(explicit: dict) -> tuple[dict, dict]:
                 rest["compilation_config"] = extra
         elif name == "disable_custom_all_reduce":
             knobs["custom_all_reduce"] = not value
+        elif name == "speculative_config" and isinstance(value, dict) and not KNOBS["speculative"].check(value):
+            knobs["speculative"] = value  # n-gram prompt lookup, which the lab's arms reproduce
         elif name in KNOBS and name not in ("cuda_graphs", "cudagraph_capture_sizes", "environment"):
             knobs[name] = value
         else:

@@ -55,6 +55,10 @@ def test_what_a_launch_sets_becomes_knobs_and_the_rest_is_named():
                             "compilation_config": {"cudagraph_mode": "CUDAGraphMode.NONE", "level": 3}})
     assert knobs == {"enforce_eager": True, "max_num_seqs": 16, "cuda_graphs": False}
     assert rest == {"swap_space": 8, "compilation_config": {"level": 3}}  # the seed changes nothing measured
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+    assert to_knobs({"speculative_config": ngram}) == ({"speculative": ngram}, {})  # --speculative-config
+    eagle = {"method": "eagle", "model": "some/drafter", "num_speculative_tokens": 3}
+    assert to_knobs({"speculative_config": eagle}) == ({}, {"speculative_config": eagle})  # a draft model: not ours
 
 
 def test_slo_texts():

@@ -30,6 +30,7 @@ GOOD_AND_BAD = {
     "dtype": ("bfloat16", "int8"),
     "custom_all_reduce": (True, "off"),
     "environment": ({"NCCL_P2P_DISABLE": "1"}, {"CUDA_VISIBLE_DEVICES": "0"}),
+    "speculative": ({"method": "ngram", "num_speculative_tokens": 3}, {"method": "ngram", "num_speculative_tokens": 0}),
 }
 
 NEEDS = {"custom_all_reduce": {"tensor_parallel_size": 2}}  # a knob that only means something beside another
@@ -321,3 +322,26 @@ def test_a_number_value_reaches_the_worker_and_the_launch_as_text():
     knobs = {"environment": {"VLLM_X": 1, "VLLM_Y": 2.5}}
     assert plan_arm(knobs, CPU).variables == {"VLLM_X": "1", "VLLM_Y": "2.5"}
     assert serve_args(knobs)[1] == {"VLLM_X": "1", "VLLM_Y": "2.5"}
+
+
+def test_speculative_decoding_is_vllms_speculative_config_on_every_platform():
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    for platform in (CPU, H200):
+        assert plan_arm({"speculative": ngram}, platform).engine_args == {"speculative_config": ngram}
+    from labkit.spec.knobs import serve_args
+    assert serve_args({"speculative": ngram})[0] == {"speculative_config": ngram}  # --speculative-config '{...}'
+
+
+def test_every_problem_of_a_speculative_config_is_named_at_once():
+    problem = KNOBS["speculative"].check({"method": "eagel", "num_speculative_tokns": 3, "prompt_lookup_min": 0,
+                                          "prompt_lookup_max": 2.5})
+    for words in ("'num_speculative_tokns' is not a field of it (did you mean num_speculative_tokens?)",
+                  "method must be one of ['ngram']", "num_speculative_tokens (k, the tokens drafted a step) is missing",
+                  "prompt_lookup_min must be a whole number >= 1, got 0",
+                  "prompt_lookup_max must be a whole number >= 1, got 2.5"):
+        assert words in problem, problem
+    assert "n-gram window is empty" in KNOBS["speculative"].check(
+        {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 3})
+    assert "must be a dict such as" in KNOBS["speculative"].check(3)
+    with pytest.raises(BadParameter, match="num_speculative_tokens must be a whole number >= 1, got -1"):
+        check_knobs({"speculative": {"method": "ngram", "num_speculative_tokens": -1}})

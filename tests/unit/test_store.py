@@ -357,3 +357,16 @@ def test_a_table_with_both_columns_and_one_with_the_stamps_only_load_alike(tmp_p
     pd.testing.assert_frame_equal(old.drop(columns=lists), new.drop(columns=lists), check_exact=True)
     for column in lists:
         assert all(np.array_equal(a, b) for a, b in zip(old[column], new[column]))
+
+
+def test_speculative_decoding_counters_become_acceptance_and_accepted_length():
+    import pandas as pd
+
+    from labkit.store import _with_speculation_columns
+
+    trials = pd.DataFrame({"spec_drafts": [10.0, 0.0], "spec_draft_tokens": [30.0, 0.0],
+                           "spec_accepted_tokens": [12.0, 0.0]})
+    out = _with_speculation_columns(trials)
+    assert out.spec_acceptance_pct[0] == 40.0 and out.spec_accepted_length[0] == pytest.approx(2.2)  # 1 + 12 / 10
+    assert out.spec_acceptance_pct.isna()[1] and out.spec_accepted_length.isna()[1]  # drafted nothing
+    assert "spec_acceptance_pct" not in _with_speculation_columns(trials.drop(columns="spec_drafts"))
