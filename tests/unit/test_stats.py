@@ -316,15 +316,3 @@ def test_differences_are_in_the_metrics_own_unit_with_an_interval():
     row = table.iloc[0]
     assert row.load == "c4" and 5.5 < row.added < 6.5 and row.added_low < row.added < row.added_high
     assert row.added_high - row.added_low < 1.0
-
-
-def test_the_interval_of_a_metric_an_arm_has_no_value_of_is_nan_without_a_warning():
-    import warnings
-
-    import numpy as np
-
-    from labkit.analyze.stats import interval
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert all(np.isnan(interval(np.full(50, np.nan), 0.025)))
-    assert interval(np.arange(101.0), 0.05) == (5.0, 95.0)
