@@ -186,27 +186,14 @@ REMEASURE_WAIT_S = 5.0
 REMEASURE_MAX_PER_ARM = 2
 
 
-def engine_cores() -> int:
-    """How many cores this arm's engine may run on: those VLLM_CPU_OMP_THREADS_BIND names (vLLM's own binding,
-    which the suite gives each notebook run at once: "0", "1-3", "0-1|2-3" for ranks), else this process's."""
-    bind, named = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", ""), set()
-    if bind not in ("", "auto", "nobind"):
-        for part in bind.replace("|", ",").split(","):
-            low, _, high = part.strip().partition("-")
-            if low.isdigit() and (high.isdigit() or not high):
-                named.update(range(int(low), int(high or low) + 1))
-    return len(named) or len(os.sched_getaffinity(0))
-
-
 def remeasure_above(platform_kind: str) -> float | None:
     """The outside load, in cores, past which a CPU trial is measured again (None: an engine that is not a
-    CPU's): more than REMEASURE_SHARE of the cores the arm's engine may run on, once the host's other cores
-    are full. Work on those does not take the engine's: in a suite of two notebooks at once, each bound to a
-    core of its own, the other notebook's engine keeps the other core busy, and that alone re-measured seven
-    to nine trials of the smoke suite."""
+    CPU's): more than REMEASURE_SHARE of the cores this arm may run on, once the cores it may not run on are
+    full. Work on those does not take the engine's: in a suite of two notebooks at once, each bound to a core
+    of its own, the other notebook's engine keeps the other core busy, and that alone re-measured nine trials of the smoke suite."""
     if platform_kind != "cpu":
         return None
-    cores, own = os.cpu_count(), min(engine_cores(), os.cpu_count())
+    cores, own = os.cpu_count(), len(os.sched_getaffinity(0))
     return (cores - own) + REMEASURE_SHARE * own
 
 
