@@ -218,7 +218,6 @@ def point(data: list[np.ndarray], m: Metric) -> float:
     return _stat(np.concatenate(data), m) if data else float("nan")
 
 
-@shows_whole
 def interval(replicate_values, alpha: float) -> tuple[float, float]:
     """The (alpha, 1 - alpha) quantiles of bootstrap replicates; NaN for a metric an arm has no value of (the
     acceptance of an arm that drafts nothing), without numpy's warning about an empty slice."""
@@ -228,6 +227,7 @@ def interval(replicate_values, alpha: float) -> tuple[float, float]:
     return float(np.nanquantile(values, alpha)), float(np.nanquantile(values, 1 - alpha))
 
 
+@shows_whole
 def summarize(results, metrics: list[str] | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per arm and metric: the value and its confidence interval (the arms that ran these results' loads:
     under a load search, each arm only at its own probe levels)."""

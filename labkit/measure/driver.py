@@ -30,7 +30,7 @@ COUNTERS = {  # vLLM metric name -> column in the trial table
     "vllm:prefix_cache_hits": "prefix_cache_hits",
     "vllm:prompt_tokens": "engine_prompt_tokens",
     "vllm:generation_tokens": "engine_generation_tokens",
-    # speculative decoding (labkit.analyze.speculation): 0 for an arm that drafts nothing
+    # speculative decoding (acceptance derived in labkit.store): 0 for an arm that drafts nothing
     "vllm:spec_decode_num_drafts": "spec_drafts",
     "vllm:spec_decode_num_draft_tokens": "spec_draft_tokens",
     "vllm:spec_decode_num_accepted_tokens": "spec_accepted_tokens",

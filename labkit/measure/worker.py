@@ -188,9 +188,10 @@ REMEASURE_MAX_PER_ARM = 2
 
 def remeasure_above(platform_kind: str) -> float | None:
     """The outside load, in cores, past which a CPU trial is measured again (None: an engine that is not a
-    CPU's): more than REMEASURE_SHARE of the cores this arm may run on, once the cores it may not run on are
-    full. Work on those does not take the engine's: in a suite of two notebooks at once, each bound to a core
-    of its own, the other notebook's engine keeps the other core busy, and that alone re-measured nine trials of the smoke suite."""
+    CPU's): more than REMEASURE_SHARE of the cores this process may run on, once the cores it may not run on
+    are full (work there does not take the engine's). A process bound to one of two cores (a test process of
+    `make test`) re-measures past 1.5 busy cores. The suite binds its notebooks through vLLM's own
+    VLLM_CPU_OMP_THREADS_BIND, not the affinity, so there the limit stays half the host."""
     if platform_kind != "cpu":
         return None
     cores, own = os.cpu_count(), len(os.sched_getaffinity(0))
