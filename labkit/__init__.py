@@ -12,6 +12,7 @@ from labkit.spec.load_search import LoadSearch
 from labkit.spec.models import SHAPES, ModelShape, resolve_model
 from labkit.spec.prompts import Segment, Template
 from labkit.spec.protocol import Protocol
+from labkit.spec.texts import ChatText
 from labkit.spec.workload import (Burst, Concurrency, Fixed, FromLog, LogNormal, Mix, Periodic, Poisson, Uniform,
                                   Workload)
 from labkit.store import Results, load
@@ -29,6 +30,6 @@ __all__ = [
     "BadParameter", "DamagedStore", "LabkitError", "NotApplicable", "StoreConflict", "StoreUnwritable",
     "Experiment", "default_model", "current_platform", "KNOBS", "plan_arm", "SHAPES", "ModelShape", "resolve_model",
     "Protocol", "Burst", "Concurrency", "Fixed", "FromLog", "LogNormal", "Mix", "Periodic", "Poisson", "Uniform",
-    "Workload", "LoadSearch", "Segment", "Template", "Conversation", "Results", "load", "smoke_parameters", "smoke_overrides",
+    "Workload", "LoadSearch", "Segment", "Template", "ChatText", "Conversation", "Results", "load", "smoke_parameters", "smoke_overrides",
     "explore",
 ]

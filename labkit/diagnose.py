@@ -81,9 +81,30 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
         found[f"without_{name}"] = ({**without("environment"), **({"environment": rest} if rest else {})},
                                     redact_text(f"{name}={value} is set on the command line: it changes vLLM "
                                                 "outside its flags, and vLLM's default may be faster"))
+    found.update(speculation_changes(knobs, clients))
     if has_fp8_tensor_cores(platform) and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
         found["fp8_kv_cache"] = ({**knobs, "kv_cache_dtype": "fp8"}, "this GPU has fp8 tensor cores: an fp8 KV "
                                  "cache halves the bytes attention reads and doubles the pool's tokens")
+    return found
+
+
+def speculation_changes(knobs: dict, clients: int | None) -> dict[str, tuple[dict, str]]:
+    """A launch that speculates: the same without speculation, and k one notch down and up (1, 2, 3, 5, 8), since
+    the k that pays depends on the batch and the text (L3_kernel/speculative_decoding.ipynb measures the grid)."""
+    config = knobs.get("speculative")
+    if not config:
+        return {}
+    k, batch = config.get("num_speculative_tokens", 0), f"{clients} requests in flight" if clients else "this load"
+    found = {"no_speculation": ({k2: v for k2, v in knobs.items() if k2 != "speculative"},
+                                f"speculation with k={k} pays only while drafts are accepted and a step is not "
+                                f"compute-bound: at {batch} it may cost more than it saves")}
+    steps = sorted({1, 2, 3, 5, 8, k})
+    at = steps.index(k)
+    for other in ([steps[at - 1]] if at > 0 else []) + ([steps[at + 1]] if at + 1 < len(steps) else []):
+        found[f"speculative_k{other}"] = ({**knobs, "speculative": {**config, "num_speculative_tokens": other}},
+                                          f"k={other} instead of {k}: a {'shorter' if other < k else 'longer'} draft "
+                                          f"wastes {'less' if other < k else 'more'} on a miss and wins "
+                                          f"{'less' if other < k else 'more'} on a run of accepted tokens")
     return found
 
 

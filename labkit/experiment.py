@@ -33,9 +33,10 @@ from labkit.spec.knobs import ArmPlan, check_knobs, knob_problems, normalized_kn
 from labkit.spec.lists import as_list
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                                 sizes_text)
-from labkit.spec.models import ModelRef, check_model, resolve_model
+from labkit.spec.models import SHAPES, ModelRef, check_model, resolve_model
 from labkit.spec.numbers import POSITIVE, check_numbers, raise_problems
 from labkit.spec.protocol import Protocol
+from labkit.spec.texts import written_in_words
 from labkit.spec.workload import Mix, Workload
 from labkit.store import ExperimentStore, Results, check_name, load, spec_hash
 from labkit.shown import shows_whole
@@ -145,6 +146,10 @@ class Experiment:
         if self.model == "auto":
             self.model = default_model(self.platform)
         check_model(self.model)
+        worded = [name for name, load in self.loads.items() if written_in_words(load.to_dict())]
+        if worded and self.model in SHAPES:  # a synthetic shape's generated tokenizer has ids, not words
+            raise BadParameter(f"loads {worded} are written in words (ChatText), which the synthetic {self.model!r} "
+                               "cannot read: use a model with a tokenizer and chat template, such as smollm2-135m")
         self.store = ExperimentStore(self.name, self.results_dir)
 
     def _target_problems(self) -> list[str]:

@@ -176,11 +176,11 @@ async def drive(engine, requests: list[Request], arrival, sampling: dict,
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
 
 
-async def drive_conversation(engine, conversation: Conversation, vocab_size: int, seed: int,
+async def drive_conversation(engine, conversation: Conversation, vocab, seed: int,
                              sampling: dict) -> tuple[list[dict], float]:
     """Every session of a Conversation, `concurrency` at a time; each turn resends the session's history with
     the answers the engine gave, token for token. Rows carry their session and turn."""
-    system, texts, answers = conversation.contents(vocab_size, seed)
+    system, texts, answers = conversation.contents(vocab, seed)
     gate, t0, rows = asyncio.Semaphore(conversation.concurrency), time.perf_counter(), []
 
     async def session(s: int):
@@ -198,17 +198,17 @@ async def drive_conversation(engine, conversation: Conversation, vocab_size: int
     return sorted(rows, key=lambda row: row["request"]), time.perf_counter() - t0
 
 
-async def drive_load(engine, workload, vocab_size: int, seed: int, sampling: dict,
+async def drive_load(engine, workload, vocab, seed: int, sampling: dict,
                      watch: Watch | None = None) -> tuple[list[dict], float]:
     """A Workload, a Conversation, or every part of a Mix concurrently on one clock (rows then carry their part);
     a `watch` applies to a Workload's open-loop trial."""
     if isinstance(workload, Conversation):
-        return await drive_conversation(engine, workload, vocab_size, seed, sampling)
+        return await drive_conversation(engine, workload, vocab, seed, sampling)
     if not isinstance(workload, Mix):
-        return await drive(engine, workload.build(vocab_size, content_seed=seed), workload.arrival, sampling,
+        return await drive(engine, workload.build(vocab, content_seed=seed), workload.arrival, sampling,
                            watch=watch)
     t0 = time.perf_counter()
-    done = await asyncio.gather(*(drive(engine, part.build(vocab_size, content_seed=seed + 7919 * (i + 1)),
+    done = await asyncio.gather(*(drive(engine, part.build(vocab, content_seed=seed + 7919 * (i + 1)),
                                         part.arrival, sampling, t0) for i, part in enumerate(workload.parts.values())))
     rows = [{**row, "part": name} for name, (part_rows, _) in zip(workload.parts, done) for row in part_rows]
     return rows, max(seconds for _, seconds in done)
@@ -230,7 +230,7 @@ def content_seed(load_index: int, trial: int, attempt: int = 0) -> int:
     return 1_000_000 * load_index + 1000 + trial + 100_000 * attempt
 
 
-async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, protocol: Protocol, sampling: dict,
+async def run_trial(engine, workload: Workload, vocab, trial: int, protocol: Protocol, sampling: dict,
                     load_index: int = 0, gpu_state: GpuStateSampler | None = None, attempt: int = 0,
                     watch: Watch | None = None):
     """One timed trial: its per-request rows, and a summary row with throughput, peak KV usage, cores other
@@ -248,7 +248,7 @@ async def run_trial(engine, workload: Workload, vocab_size: int, trial: int, pro
     gc.collect()
     gc.disable()
     try:
-        rows, duration = await drive_load(engine, workload, vocab_size, content_seed(load_index, trial, attempt),
+        rows, duration = await drive_load(engine, workload, vocab, content_seed(load_index, trial, attempt),
                                           sampling, watch)
     finally:
         gc.enable()
@@ -283,12 +283,12 @@ def _first_part(workload):
     return next(iter(workload.parts.values())) if isinstance(workload, Mix) else workload
 
 
-async def profile_window(engine, workload: Workload, vocab_size: int, count: int, sampling: dict,
+async def profile_window(engine, workload: Workload, vocab, count: int, sampling: dict,
                          load_index: int = 0) -> float:
     """A torch-profiler capture of the load in steady state, after the timed trials (never inside one:
     the profiler slows the engine down). Returns the window's wall time."""
     first = _first_part(workload)
-    requests = first.build(vocab_size, content_seed=content_seed(load_index, 10_000))[:count]
+    requests = first.build(vocab, content_seed=content_seed(load_index, 10_000))[:count]
     await engine.start_profile()
     try:
         _, seconds = await drive(engine, requests, first.arrival, sampling)
@@ -297,10 +297,10 @@ async def profile_window(engine, workload: Workload, vocab_size: int, count: int
     return seconds
 
 
-async def warm_up(engine, workload: Workload, vocab_size: int, count: int, sampling: dict,
+async def warm_up(engine, workload: Workload, vocab, count: int, sampling: dict,
                   load_index: int = 0) -> None:
     """Unmeasured requests of the workload's own shape: compile caches, allocator and scheduler settle."""
     first = _first_part(workload)
     if count:
-        requests = first.build(vocab_size, content_seed=content_seed(load_index, -1))[:count]
+        requests = first.build(vocab, content_seed=content_seed(load_index, -1))[:count]
         await drive(engine, requests, Burst(), sampling)

@@ -78,8 +78,17 @@ def facts_from_config(vllm_config) -> dict:
         "cudagraph_capture_sizes": _plain(list(getattr(comp, "cudagraph_capture_sizes", None) or [])),
         "requested_attention_backend": _plain(getattr(getattr(vllm_config, "attention_config", None),
                                                       "backend", None)),
+        "speculative_config": _speculative(getattr(vllm_config, "speculative_config", None)),
     }
     return facts
+
+
+def _speculative(config) -> dict | None:
+    """The speculative decoding vLLM set up (None: none): method and draft length, the n-gram window."""
+    if config is None:
+        return None
+    fields = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+    return {name: _plain(getattr(config, name, None)) for name in fields if getattr(config, name, None) is not None}
 
 
 def resolve(vllm_config, log_text: str, platform_kind: str) -> dict:

@@ -261,7 +261,7 @@ async def _drain(engine, limit_s: float = 60.0, poll_s: float = 0.1) -> None:
         await asyncio.sleep(poll_s)
 
 
-async def _search(engine, job: ArmJob, protocol, sampling: dict, name: str, spec: dict, index: int, out: Path,
+async def _search(engine, job: ArmJob, vocab, protocol, sampling: dict, name: str, spec: dict, index: int, out: Path,
                   gpu_state, rows: list, trials: list, remeasured: list) -> tuple[dict, str, int]:
     """A load search on this engine (labkit.spec.load_search): one warm-up at its smallest load, then probe after
     probe as labkit.analyze.load_search.next_probe chooses them, each measured with the protocol's trials (a rate
@@ -277,7 +277,7 @@ async def _search(engine, job: ArmJob, protocol, sampling: dict, name: str, spec
     share = len(job.workloads) * most_probes(levels)  # a probe's share of the arm's time budget
     _progress(out, stage=f"warm-up {name}")
     first = search.probe(levels[0])
-    await warm_up(engine, first, job.vocab_size, min(protocol.warmup_requests, first.num_requests), sampling,
+    await warm_up(engine, first, vocab, min(protocol.warmup_requests, first.num_requests), sampling,
                   load_index=index)
     probes, reasons, ran = [], {}, 0
     while (rung := next_probe(levels, {p.index: not p.violations(slos) for p in probes})) is not None:
@@ -295,7 +295,7 @@ async def _search(engine, job: ArmJob, protocol, sampling: dict, name: str, spec
             async def one(attempt, trial=trial):
                 watch = Watch(lambda sent, done, now: saturated(sent, done, now) or now > deadline) \
                     if search.kind == "rate" else None
-                return await run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, probe_index,
+                return await run_trial(engine, workload, vocab, trial, protocol, sampling, probe_index,
                                        gpu_state, attempt=attempt, watch=watch)
             trial_rows, summary = await _trial_with_retry(one, remeasured, load, trial,
                                                           remeasure_above(job.platform_kind))
@@ -333,6 +333,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
     from labkit.measure.gpu_state import GpuStateSampler
     from labkit.spec.protocol import Protocol
+    from labkit.spec.texts import vocabulary
     from labkit.spec.workload import Workload
     from labkit.store import requests_to_store
 
@@ -375,22 +376,23 @@ async def _measure(job: ArmJob, out: Path) -> None:
         if job.platform_kind == "cuda":  # a GPU whose clocks were not watched says so; a CPU has none to watch
             facts["gpu_state"] = "sampled through NVML" if gpu_state.available else f"not sampled: {gpu_state.why_not}"
         facts["waited_for_next_worker_s"] = round(_wait_while_held(out), 1)
+        vocab = vocabulary(job.vocab_size, engine_args["model"], job.workloads)
         rows, trials, stopped, ran, remeasured = [], [], {}, {}, []
         for index, (load, spec) in enumerate(job.workloads.items()):
             if spec.get("kind") == "LoadSearch":  # its loads are chosen as it goes, on this engine
-                found, stopped[load], ran[load] = await _search(engine, job, protocol, sampling, load, spec, index,
+                found, stopped[load], ran[load] = await _search(engine, job, vocab, protocol, sampling, load, spec, index,
                                                                 out, gpu_state, rows, trials, remeasured)
                 facts.setdefault("load_search", {})[load] = found
                 continue
             workload = Workload.from_dict(spec)  # a Workload or a Mix
             _progress(out, stage=f"warm-up {load}")
-            await warm_up(engine, workload, job.vocab_size, min(protocol.warmup_requests, workload.num_requests),
+            await warm_up(engine, workload, vocab, min(protocol.warmup_requests, workload.num_requests),
                           sampling, load_index=index)
             values, spent, trial, reason = {}, 0.0, 0, None
             while reason is None:  # a fixed protocol stops at its number, "auto" when the rule says so
                 began = time.perf_counter()
                 trial_rows, summary = await _trial_with_retry(
-                    lambda attempt: run_trial(engine, workload, job.vocab_size, trial, protocol, sampling, index,
+                    lambda attempt: run_trial(engine, workload, vocab, trial, protocol, sampling, index,
                                               gpu_state, attempt=attempt),
                     remeasured, load, trial, remeasure_above(job.platform_kind))
                 spent += time.perf_counter() - began
@@ -411,7 +413,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
         if protocol.profile_requests:
             _progress(out, stage="profiling")
             first = _first_workload(next(iter(job.workloads.values())))  # a Workload or a Mix
-            facts["profile_window_s"] = await profile_window(engine, first, job.vocab_size, protocol.profile_requests,
+            facts["profile_window_s"] = await profile_window(engine, first, vocab, protocol.profile_requests,
                                                            sampling)
             traces = find_traces(out / "profile")
             facts["profile_trace"] = str(traces[0].relative_to(out)) if traces else None

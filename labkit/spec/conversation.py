@@ -17,6 +17,7 @@ from labkit.spec.limits import (MAX_REQUESTS_PER_TRIAL, MAX_TOKENS_PER_REQUEST, 
                                  check_at_most)
 from labkit.spec.models import FIRST_TEXT_ID
 from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, NON_NEGATIVE, SEED, check_numbers
+from labkit.spec.texts import Vocabulary, vocabulary_size
 from labkit.spec.workload import Concurrency, Fixed, FromLog, LogNormal, Request, Uniform
 
 LENGTHS = (Fixed, Uniform, LogNormal, FromLog)
@@ -86,9 +87,10 @@ class Conversation:
         _, answers = self.turn_lengths()
         return int((self.prompt_lengths() + answers).max())
 
-    def contents(self, vocab_size: int, content_seed: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+    def contents(self, vocab: int | Vocabulary, content_seed: int) -> tuple[list[int], np.ndarray, np.ndarray]:
         """The trial's token content: the shared system prompt and every session's messages (drawn fresh per
         trial), with the answer lengths."""
+        vocab_size = vocabulary_size(vocab)
         messages, answers = self.turn_lengths()
         rng = np.random.default_rng([self.seed, content_seed])
         system = rng.integers(FIRST_TEXT_ID, vocab_size, size=self.system).tolist()

@@ -291,6 +291,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("data_parallel_size", "independent engine replicas, each on its own GPU(s), behind one client",
          _positive_int, _data_parallel_args),
     Knob("dtype", "weight and activation dtype", _one_of(DTYPES), _pass_through("dtype")),
+    # The lab's synthetic models load this way; set on a real model it tests that speed depends on shapes alone.
+    Knob("dummy_weights", "random weights of the model's own shapes instead of its real ones (load_format='dummy')",
+         _boolean, lambda value, platform: {"load_format": "dummy"} if value else {}),
     Knob("custom_all_reduce", "vLLM's own all-reduce kernel for tensor-parallel groups (False: NCCL's all-reduce "
          "for every step)", _boolean,
          _cuda_only("vLLM's custom all-reduce", lambda v: {"disable_custom_all_reduce": not v})),

@@ -19,6 +19,7 @@ from labkit.spec.models import FIRST_TEXT_ID
 from labkit.spec.numbers import (COUNT, COUNT_OR_ZERO, NON_NEGATIVE, POSITIVE, SEED, check_number, check_numbers,
                                  raise_problems)
 from labkit.spec.prompts import Template
+from labkit.spec.texts import ChatText, Vocabulary, vocabulary_size
 
 
 # ---- length distributions ---------------------------------------------------------------------------
@@ -202,7 +203,7 @@ class Workload:
     process and the shared prefixes."""
 
     num_requests: int
-    prompt_len: Lengths | Template  # tokens after the shared prefix, or a template of segments
+    prompt_len: Lengths | Template | ChatText  # tokens after the shared prefix, a template of segments, or words
     output_len: Lengths  # generated tokens (exact: EOS is ignored)
     arrival: Arrival = field(default_factory=Burst)
     shared_prefix_len: int = 0
@@ -213,7 +214,7 @@ class Workload:
         check_numbers("Workload", {"num_requests": (self.num_requests, COUNT),
                                    "shared_prefix_len": (self.shared_prefix_len, COUNT_OR_ZERO),
                                    "num_prefixes": (self.num_prefixes, COUNT), "seed": (self.seed, SEED)})
-        for name, kinds in (("prompt_len", (Fixed, Uniform, LogNormal, FromLog, Template)),
+        for name, kinds in (("prompt_len", (Fixed, Uniform, LogNormal, FromLog, Template, ChatText)),
                             ("output_len", (Fixed, Uniform, LogNormal, FromLog))):
             if not isinstance(getattr(self, name), kinds):
                 raise BadParameter(f"{name} must be one of {[k.__name__ for k in kinds]}, such as lk.Fixed(128); "
@@ -224,6 +225,9 @@ class Workload:
         if isinstance(self.prompt_len, Template) and (self.shared_prefix_len or self.num_prefixes != 1):
             raise BadParameter("a Template names its shared segments itself: leave shared_prefix_len and num_prefixes "
                                "out, and give the shared part as Segment(name, tokens, 'shared', variants=N)")
+        if isinstance(self.prompt_len, ChatText) and (self.shared_prefix_len or self.num_prefixes != 1):
+            raise BadParameter("requests written in words (ChatText) share only their chat template's start: leave "
+                               "shared_prefix_len and num_prefixes out")
         self._check_size()
 
     def _check_size(self) -> None:
@@ -260,14 +264,17 @@ class Workload:
         prompt, output, _ = self.lengths()
         return int((prompt + output).max())
 
-    def build(self, vocab_size: int, content_seed: int) -> list[Request]:
-        """The requests of one trial; `content_seed` draws fresh token content, lengths stay fixed."""
+    def build(self, vocab: int | Vocabulary, content_seed: int) -> list[Request]:
+        """The requests of one trial; `content_seed` draws fresh content, lengths stay fixed (a ChatText's prompts
+        are as long as the model's tokenizer makes them). `vocab`: a number of token ids, or a Vocabulary."""
+        vocab_size = vocabulary_size(vocab)
         if vocab_size <= FIRST_TEXT_ID + 1:
             raise BadParameter(f"vocab_size {vocab_size} is too small to draw prompts from")
         prompt, output, arrivals = self.lengths()
         rng = np.random.default_rng([self.seed, content_seed])
-        if isinstance(self.prompt_len, Template):
-            prompts = self.prompt_len.compose(self.num_requests, rng, FIRST_TEXT_ID, vocab_size)
+        if isinstance(self.prompt_len, (Template, ChatText)):
+            prompts = (self.prompt_len.compose(self.num_requests, rng, FIRST_TEXT_ID, vocab_size)
+                       if isinstance(self.prompt_len, Template) else self.prompt_len.compose(self.num_requests, rng, vocab))
             return [Request(i, tokens, int(output[i]), None if arrivals is None else float(arrivals[i]))
                     for i, tokens in enumerate(prompts)]
         prefixes = rng.integers(FIRST_TEXT_ID, vocab_size, size=(self.num_prefixes, self.shared_prefix_len))
@@ -282,7 +289,7 @@ class Workload:
     def to_dict(self) -> dict:
         """The workload as plain data, each distribution and arrival process with its kind; `from_dict` reads it."""
         def describe(obj):
-            return obj.to_dict() if isinstance(obj, Template) else {"kind": type(obj).__name__, **asdict(obj)}
+            return obj.to_dict() if isinstance(obj, (Template, ChatText)) else {"kind": type(obj).__name__, **asdict(obj)}
         return {"num_requests": self.num_requests, "prompt_len": describe(self.prompt_len),
                 "output_len": describe(self.output_len), "arrival": describe(self.arrival),
                 "shared_prefix_len": self.shared_prefix_len, "num_prefixes": self.num_prefixes,
@@ -299,8 +306,8 @@ class Workload:
         kinds = {c.__name__: c for c in (Fixed, Uniform, LogNormal, FromLog, Burst, Concurrency, Poisson, Periodic)}
 
         def make(d):
-            if d.get("kind") == "Template":
-                return Template.from_dict(d)
+            if d.get("kind") in ("Template", "ChatText"):
+                return (Template if d["kind"] == "Template" else ChatText).from_dict(d)
             d = dict(d)
             kind = kinds[d.pop("kind")]
             if kind is FromLog:

@@ -59,6 +59,15 @@ SMOKE: dict[str, dict] = {
                                                prefill_output_len=4, experiment="attention-backends-smoke"),
     "L3_kernel/cuda_graphs.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, decode_requests=2,
                                         stream_clients=8, stream_requests=16, trials=2, experiment="cuda-graphs-smoke"),
+    # the real 135M model (smollm2-135m): in bfloat16 a CPU without AVX-512 prefilled 512-token prompts at ~40
+    # tokens/s on one core here (an 18 s TTFT); float32 is its native arithmetic
+    "L3_kernel/real_vs_dummy_weights.ipynb": dict(decode_prompt_len=32, decode_output_len=32, decode_clients=4,
+                                                  prefill_prompt_len=256, prefill_output_len=4, prefill_clients=2,
+                                                  requests_per_client=2, dtype="float32", trials=2,
+                                                  experiment="real-vs-dummy-smoke"),
+    "L3_kernel/speculative_decoding.ipynb": dict(ks="3", tasks="copy,open", clients="1,4", requests_per_client=1,
+                                                 output_len=32, dtype="float32", trials=2,
+                                                 experiment="speculative-decoding-smoke"),
     "L3_kernel/profile_hotspots.ipynb": dict(model="tiny-llama", clients=4, prompt_len=32, output_len=16, requests=8,
                                              profile_requests=4, trials=2, experiment="profile-hotspots-smoke"),
     "L4_hardware/hardware_profile.ipynb": dict(copy_mib=64, gemm_n=512, repeats=2, record=False),

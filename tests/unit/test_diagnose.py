@@ -180,3 +180,15 @@ def test_a_users_load_from_length_logs_and_an_arrival_rate(tmp_path):
     assert user_workload(16, 500, 800, 8) == lk.Workload.closed_loop(16, 500, 800, 8)
     # an open loop has no fixed concurrency to hold max_num_seqs against
     assert "default_max_num_seqs" not in candidate_changes({"max_num_seqs": 4}, H200, load)
+
+
+def test_a_speculating_launch_is_tried_without_speculation_and_with_k_a_notch_down_and_up():
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    found = candidate_changes({"speculative": ngram}, CPU, LOAD)
+    assert found["no_speculation"][0] == {}
+    assert found["speculative_k2"][0] == {"speculative": {**ngram, "num_speculative_tokens": 2}}
+    assert found["speculative_k5"][0] == {"speculative": {**ngram, "num_speculative_tokens": 5}}
+    assert set(found) == {"no_speculation", "speculative_k2", "speculative_k5"}
+    lowest = candidate_changes({"speculative": {**ngram, "num_speculative_tokens": 1}}, CPU, LOAD)
+    assert set(lowest) == {"no_speculation", "speculative_k2"}  # nothing below one token
+    assert not any(name.startswith(("no_spec", "speculative_")) for name in candidate_changes({}, CPU, LOAD))

@@ -31,6 +31,7 @@ GOOD_AND_BAD = {
     "custom_all_reduce": (True, "off"),
     "environment": ({"NCCL_P2P_DISABLE": "1"}, {"CUDA_VISIBLE_DEVICES": "0"}),
     "speculative": ({"method": "ngram", "num_speculative_tokens": 3}, {"method": "ngram", "num_speculative_tokens": 0}),
+    "dummy_weights": (True, "yes"),
 }
 
 NEEDS = {"custom_all_reduce": {"tensor_parallel_size": 2}}  # a knob that only means something beside another
@@ -345,3 +346,11 @@ def test_every_problem_of_a_speculative_config_is_named_at_once():
     assert "must be a dict such as" in KNOBS["speculative"].check(3)
     with pytest.raises(BadParameter, match="num_speculative_tokens must be a whole number >= 1, got -1"):
         check_knobs({"speculative": {"method": "ngram", "num_speculative_tokens": -1}})
+
+
+def test_dummy_weights_load_the_same_model_with_random_weights_on_every_platform():
+    for platform in (CPU, H200):
+        assert plan_arm({"dummy_weights": True}, platform).engine_args == {"load_format": "dummy"}
+        assert plan_arm({"dummy_weights": False}, platform).engine_args == {}  # the model's own weights
+    with pytest.raises(BadParameter, match="dummy_weights must be True or False"):
+        check_knobs({"dummy_weights": "yes"})
