@@ -81,7 +81,8 @@ def k_schedule(recommended: pd.DataFrame, task: str, largest_batch: int) -> list
     return ranges
 
 
-def _ks_and_shapes(results) -> tuple[dict[str, int], dict[str, tuple[str, int | None]]]:
+def arm_ks_and_load_shapes(results) -> tuple[dict[str, int], dict[str, tuple[str, int | None]]]:
+    """Each complete arm's k (0 without speculation), and each load's task and clients."""
     ks = {arm: speculative_k(results.arm_spec(arm).get("knobs", {})) for arm in results.complete_arms}
     workloads = results.arm_spec(results.complete_arms[0]).get("workloads", {}) if results.complete_arms else {}
     return ks, {load: load_shape(w) for load, w in workloads.items()}
@@ -89,14 +90,14 @@ def _ks_and_shapes(results) -> tuple[dict[str, int], dict[str, tuple[str, int | 
 
 def k_plan(results, record: pd.DataFrame, metric: str = "output_tok_s") -> pd.DataFrame:
     """`recommend_k` on stored results: each arm's k from its knobs, each load's task and clients from its spec."""
-    ks, shapes = _ks_and_shapes(results)
+    ks, shapes = arm_ks_and_load_shapes(results)
     return recommend_k(record, ks, shapes, metric)
 
 
 def acceptance(results) -> pd.DataFrame:
     """Per load and speculating arm: the task, clients and k, the share of drafted tokens vLLM accepted and the
     mean tokens a step produced (1 + accepted per draft), each with its 95 % interval, from vLLM's counters."""
-    ks, shapes = _ks_and_shapes(results)
+    ks, shapes = arm_ks_and_load_shapes(results)
     rows = []
     for load, part in results.per_load():
         table = summarize(part, ["spec_acceptance_pct", "spec_accepted_length"]).set_index(["arm", "metric"])

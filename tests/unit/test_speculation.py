@@ -52,3 +52,35 @@ def test_a_batch_too_noisy_to_judge_gets_no_recommendation_and_its_neighbours_co
     assert plan["recommended k"].isna().tolist() == [False, True, False]
     assert plan.loc["copy_c8", "output_tok_s change [95 % interval]"].startswith(TOO_NOISY)
     assert k_schedule(plan.reset_index(), "copy", 32) == [(1, 31, 3), (32, 32, 0)]
+
+
+def test_the_larger_shape_is_measured_at_each_batch_and_each_batch_times_k_plus_one():
+    from labkit.analyze.speculation_estimate import verification_batches
+    assert verification_batches([1, 8], [1, 3]) == [1, 2, 4, 8, 16, 32]
+
+
+def test_tokens_per_step_and_extra_time_come_from_the_step_and_token_times():
+    from labkit.analyze.speculation_estimate import step_yield_and_extra
+    tau, extra = step_yield_and_extra(step=(6.0, 5.0, 7.0), per_token=(2.0, 1.0, 4.0), verify_step=(2.0, 1.5, 2.5))
+    assert tau == (3.0, 5.0 / 4.0, 7.0) and extra == (4.0, 2.5, 5.5)
+    # a plain step of as many tokens slower than the speculating one: speculation's own work counts as none
+    _tau, extra = step_yield_and_extra(step=(6.0, 5.0, 7.0), per_token=(2.0, 1.0, 4.0), verify_step=(6.5, 6.0, 7.0))
+    assert extra == (0.0, 0.0, 1.0)
+
+
+def test_the_estimate_combines_acceptance_and_step_cost_and_names_the_likely_outcome():
+    from labkit.analyze.speculation_estimate import COSTS, PAYS, UNCLEAR, estimate
+    exact = lambda v: (v, v, v)
+    # plain step 10 ms at batch 1, 12 ms at batch 4 (k = 3): 3 tokens per step and 3 ms extra -> 3 x 10 / 15
+    steps = {1: exact(10.0), 4: exact(12.0), 8: exact(20.0), 32: exact(80.0), 2: (10.0, 9.0, 11.0)}
+    rows = [{"task": "copy", "clients": 1, "k": 3, "tau": exact(3.0), "extra": exact(3.0)},
+            {"task": "copy", "clients": 8, "k": 3, "tau": exact(1.2), "extra": exact(3.0)},
+            {"task": "open", "clients": 1, "k": 1, "tau": exact(1.05), "extra": exact(0.5)},
+            {"task": "open", "clients": 16, "k": 1, "tau": exact(1.05), "extra": exact(0.5)}]  # 16, 32: not measured
+    table = estimate(rows, steps).set_index(["task", "clients"])
+    assert len(table) == 3
+    assert table.loc[("copy", 1), "estimated output tok/s change [band]"] == "+100.0% [+100.0%, +100.0%]"
+    assert table.loc[("copy", 1), "estimate"] == PAYS
+    assert table.loc[("copy", 8), "estimate"] == COSTS  # 1.2 x 20 / 83
+    # 1.05 x 10 / (10 + 0.5) = 0 %, and the plain step's interval at batch 2 spans both sides
+    assert table.loc[("open", 1), "estimate"] == UNCLEAR
