@@ -3,16 +3,18 @@ fixed chat prompt set, each launch in a fresh engine process of its own; and the
 for the diagnosis to cite (labkit.analyze.numerics compares, pure)."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 import time
 
 from labkit import settings
-from labkit.analyze.numerics import pick_entry, read_numerics_file
+from labkit.analyze.numerics import numerics_table, pick_entry, read_numerics_file
 from labkit.files import write_json_atomic
 from labkit.measure.environment import hardware_key
 from labkit.measure.greedy import CHAT_QUESTIONS, EngineRunFailed, chat_prompt_ids, vllm_greedy_answers
 from labkit.measure.platform import Platform, current_platform
+from labkit.spec.capabilities import has_fp8_tensor_cores
 from labkit.spec.knobs import knob_problems, plan_arm
 from labkit.spec.models import SHAPES, resolve_model
 from labkit.spec.numbers import raise_problems
@@ -108,3 +110,39 @@ def stored_numerics(platform: Platform, model: str | None = None) -> dict | None
         return None
     path = settings.current().numerics_dir / f"{hardware_key(platform.gpu_names)}.json"
     return pick_entry(read_numerics_file(path), model)
+
+
+@dataclasses.dataclass
+class Numerics:
+    """The precision notebook's numerics section: the table (None where nothing ran), each launch's run, the
+    file it was kept in, and why it did not run here."""
+
+    table: object = None  # a pandas DataFrame (labkit.analyze.numerics.numerics_table)
+    runs: dict = dataclasses.field(default_factory=dict)
+    path: str | None = None
+    not_applicable: str | None = None
+
+    def __repr__(self) -> str:
+        if self.not_applicable:
+            return f"Numerics: not applicable here: {self.not_applicable}"
+        return f"Numerics of {sorted(self.runs)}, kept in {self.path}"
+
+
+def fp8_numerics(model: str, max_tokens: int, platform: Platform | None = None, *, common: dict | None = None,
+                 questions=CHAT_QUESTIONS, progress=print) -> Numerics:
+    """fp8 weights, an fp8 KV cache and both against bf16 on `model`'s real weights (FP8_LAUNCHES), kept for
+    the diagnosis; only on a GPU with fp8 tensor cores, elsewhere (or with no model) not applicable, the
+    reason given and no engine started."""
+    platform = platform or current_platform()
+    if not model:
+        return Numerics(not_applicable="no model given (numerics_model is empty): skipped")
+    if not has_fp8_tensor_cores(platform):
+        where = (f"a GPU of compute capability {platform.compute_capability}" if platform.kind == "cuda"
+                 else f"a {platform.kind.upper()}")
+        return Numerics(not_applicable=f"fp8 weights and an fp8 KV cache need fp8 tensor cores (an NVIDIA GPU of "
+                                       f"compute capability 8.9 or newer); this machine has {where}")
+    runs = run_launches(model, FP8_LAUNCHES, questions=questions, max_tokens=max_tokens, common=common,
+                        platform=platform, progress=progress)
+    table = numerics_table(runs, "bf16")
+    path = record_numerics(table, model, platform, questions=questions, max_tokens=max_tokens)
+    return Numerics(table, runs, path)
