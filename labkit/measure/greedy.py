@@ -87,16 +87,18 @@ class EngineRunFailed(RuntimeError):
         self.cause, self.detail = cause, detail
 
 
+# a process' tag before a line ("(EngineCore_DP0 pid=7) ", "[rank0]: "), dropped before the line is read
+_TAG = re.compile(r"^\s*(\((EngineCore|APIServer|Worker)[^)]*\)\s*|\[rank\d+\]:\s*)")
 # a line of a traceback's frames or of vLLM's own logging around the failure, not the failure itself
-_NOISE = re.compile(r"^\s*(File \"|Traceback|\^+$|~+$|During handling|The above exception|\(EngineCore|"
-                    r"\[rank\d+\]:|WARNING|INFO|DEBUG)")
+_NOISE = re.compile(r"^\s*(File \"|Traceback|\^+$|~+$|During handling|The above exception|(WARNING|INFO|DEBUG)\b)")
 _ERROR = re.compile(r"(Error|Exception|error:|not supported|unsupported)", re.IGNORECASE)
 
 
 def last_error_line(stderr: str) -> str:
     """The line that says why a run failed: the last one naming an error (`ValueError: fp8 ... not supported`),
     else the last line that is not traceback scaffolding; "" for no output."""
-    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    lines = [_TAG.sub("", line).strip() for line in (stderr or "").splitlines()]
+    lines = [line for line in lines if line]
     meaningful = [line for line in lines if not _NOISE.match(line)]
     named = [line for line in meaningful if _ERROR.search(line)]
     return (named or meaningful or lines or [""])[-1][:500]

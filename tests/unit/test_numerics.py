@@ -92,8 +92,11 @@ Traceback (most recent call last):
 ValueError: fp8 quantization is not supported for this GPU (compute capability 8.0)
 INFO 11-20 shutting down
 """
-    assert last_error_line(stderr) == "ValueError: fp8 quantization is not supported for this GPU (compute capability 8.0)"
+    assert last_error_line(stderr) == ("ValueError: fp8 quantization is not supported for this GPU "
+                                       "(compute capability 8.0)")
     assert last_error_line("killed\n\n") == "killed" and last_error_line("") == ""
+    tagged = "(EngineCore_DP0 pid=7) ERROR 11-20 failed\n(EngineCore_DP0 pid=7) RuntimeError: no fp8 kernel\n"
+    assert last_error_line(tagged) == "RuntimeError: no fp8 kernel"
 
 
 def test_the_chosen_logprob_of_each_step():
