@@ -18,10 +18,12 @@ import os
 import pandas as pd
 
 from labkit.analyze import audit, diagnosis, profiling, roofline, stats
+from labkit.analyze.numerics import agreement_phrase
 from labkit.analyze.slo import check_slo_limits
 from labkit.errors import BadParameter
 from labkit.experiment import Experiment
 from labkit.measure.environment import check_multicast_off
+from labkit.measure.numerics import stored_numerics
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
 from labkit.redact import redact_text, redacted_repr, secret_name
@@ -48,7 +50,8 @@ def user_workload(requests: int, prompt_len: int, output_len: int, clients: int,
                     Poisson(rate) if rate else Concurrency(clients))
 
 
-def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> dict[str, tuple[dict, str]]:
+def candidate_changes(knobs: dict, platform: Platform, workload: Workload, model: str | None = None
+                      ) -> dict[str, tuple[dict, str]]:
     """One-change arms for a launch: name -> (the launch's knobs with that one change, why it is tried).
     Dropping a knob means vLLM's own default for it (the arms named default_*)."""
     def without(*names):
@@ -84,8 +87,17 @@ def candidate_changes(knobs: dict, platform: Platform, workload: Workload) -> di
     found.update(speculation_changes(knobs, clients))
     if has_fp8_tensor_cores(platform) and not str(knobs.get("kv_cache_dtype", "auto")).startswith("fp8"):
         found["fp8_kv_cache"] = ({**knobs, "kv_cache_dtype": "fp8"}, "this GPU has fp8 tensor cores: an fp8 KV "
-                                 "cache halves the bytes attention reads and doubles the pool's tokens")
+                                 "cache halves the bytes attention reads and doubles the pool's tokens ("
+                                 + fp8_quality(platform, "fp8_kv", model) + ")")
     return found
+
+
+def fp8_quality(platform: Platform, launch: str, model: str | None = None) -> str:
+    """What is known of an fp8 launch's quality on this hardware: the greedy agreement with bf16 that the
+    precision notebook measured and stored (labkit.measure.numerics.record_numerics), else the advice to check."""
+    entry = stored_numerics(platform, model)
+    phrase = agreement_phrase(entry, launch) if entry else None
+    return f"measured against bf16: {phrase}" if phrase else "check its quality before deploying"
 
 
 def speculation_changes(knobs: dict, clients: int | None) -> dict[str, tuple[dict, str]]:
@@ -112,8 +124,8 @@ def speculation_changes(knobs: dict, clients: int | None) -> dict[str, tuple[dic
 PROFILED_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN")
 
 
-def profile_changes(knobs: dict, platform: Platform, bottleneck: str, backend_in_use: str | None
-                    ) -> dict[str, tuple[dict, str]]:
+def profile_changes(knobs: dict, platform: Platform, bottleneck: str, backend_in_use: str | None,
+                    model: str | None = None) -> dict[str, tuple[dict, str]]:
     """One-change arms the current launch's profile points to, on a GPU: attention-bound, the other attention
     backends; compute-bound at the GEMM limit with fp8 tensor cores, fp8 weights. A launch-bound profile
     points to the graphs, eager and batch changes the audit already found; a communication-bound one to the
@@ -129,7 +141,7 @@ def profile_changes(knobs: dict, platform: Platform, bottleneck: str, backend_in
     if bottleneck.startswith("compute-bound") and has_fp8_tensor_cores(platform) and not knobs.get("quantization"):
         found["fp8_weights"] = ({**knobs, "quantization": "fp8"}, "the profile is at the GEMM limit on a GPU with "
                                 "fp8 tensor cores: fp8 weights halve the bytes and double the rate (they change "
-                                "the model's numerics: check its quality before deploying)")
+                                "the model's numerics: " + fp8_quality(platform, "fp8_weights", model) + ")")
     return found
 
 
@@ -270,7 +282,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
     check_multicast_off(environ, "the environment of this launch")  # its arms run with it, before the parse
     launch = parse_serve(command, environ)
     platform = current_platform()
-    changes = candidate_changes(launch.knobs, platform, workload)
+    changes = candidate_changes(launch.knobs, platform, workload, launch.model)
     arms = {"current": launch.knobs, **{arm: knobs for arm, (knobs, _) in changes.items()}}
     protocol = protocol or Protocol(trials=3, warmup_requests=4)
     if not protocol.profile_requests:  # the path reads the current launch's profile: every arm gets a window
@@ -294,7 +306,8 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
         flags = audit.flags(results, "current")
         profile = current_profile(results)
         used = results.facts("attention_backend").set_index("arm").attention_backend.get("current")
-        for arm, (knobs, why) in profile_changes(launch.knobs, platform, profile["bottleneck"], used).items():
+        for arm, (knobs, why) in profile_changes(launch.knobs, platform, profile["bottleneck"], used,
+                                                      launch.model).items():
             if arm not in changes:
                 changes[arm] = (knobs, why)
                 add_arm(arm, knobs)

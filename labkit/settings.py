@@ -23,6 +23,7 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
     "baselines_dir": "LABKIT_BASELINES_DIR",
     "models_dir": "LABKIT_MODELS_DIR",
     "peaks_dir": "LABKIT_PEAKS_DIR",
+    "numerics_dir": "LABKIT_NUMERICS_DIR",
     "journal": "LABKIT_JOURNAL",
     "compile_cache_dir": "LABKIT_COMPILE_CACHE_DIR",
     "launch_overrides": "LABKIT_LAUNCH_OVERRIDES",
@@ -31,13 +32,14 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """The lab's folders (results, suite runs, baselines, models, measured peaks, journal) and the knobs forced onto every arm."""
+    """The lab's folders (results, suite runs, baselines, models, measured peaks and numerics, journal) and the knobs forced onto every arm."""
 
     results_dir: Path = ROOT / "data" / "results"  # experiment stores (a suite run has its own)
     runs_dir: Path = ROOT / "data" / "runs"  # suite runs and `labkit run` outputs, one UTC-stamped folder each
     baselines_dir: Path = ROOT / "data" / "baselines"  # pinned suite runs, one folder per hardware key
     models_dir: Path = ROOT / "data" / "models"  # generated synthetic models
     peaks_dir: Path = ROOT / "data" / "peaks"  # measured peaks, one file per hardware (hardware_profile.ipynb)
+    numerics_dir: Path = ROOT / "data" / "numerics"  # fp8 against bf16 greedy agreement, one file per hardware (precision.ipynb)
     journal: Path = ROOT / "data" / "journal.jsonl"  # conclusions, appended
     # vLLM's compile cache (VLLM_CACHE_ROOT of every arm), one folder per machine and vLLM version beneath it:
     # a rerun of a launch reuses what its first run compiled; an upgrade or another machine starts clean

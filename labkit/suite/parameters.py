@@ -74,7 +74,8 @@ SMOKE: dict[str, dict] = {
     "L4_hardware/hardware_profile.ipynb": dict(copy_mib=64, gemm_n=512, repeats=2, record=False),
     "L4_hardware/precision.ipynb": dict(model="tiny-llama", decode_prompt_len=32, decode_output_len=32,
                                         decode_clients=4, decode_requests=8, long_prompt_len=1024, long_output_len=8,
-                                        long_clients=2, long_requests=4, trials=2, experiment="precision-smoke"),
+                                        long_clients=2, long_requests=4, trials=2, numerics_tokens=8,
+                                        experiment="precision-smoke"),
     "L4_hardware/templates.ipynb": dict(model="tiny-llama", prompt_len=64, output_len=16, clients=4, requests=8,
                                         trials=2, experiment="templates-smoke"),
 }
