@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from labkit.analyze.numerics import leading
+
 CHAT_QUESTIONS = ("What is the capital of France?", "Write a haiku about the sea.", "List three primary colors.")
 
 
@@ -137,15 +139,7 @@ def _vllm_answers(request: Path, answer: Path) -> None:
 def leading_agreement(first: list[list[int]], second: list[list[int]]) -> list[int]:
     """Per prompt, how many leading tokens the two answers share (greedy answers part for good at the first
     differing token, so the count is the agreement)."""
-    counts = []
-    for a, b in zip(first, second, strict=True):
-        same = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            same += 1
-        counts.append(same)
-    return counts
+    return [leading(a, b) for a, b in zip(first, second, strict=True)]
 
 
 if __name__ == "__main__":  # vllm_greedy's engine process: request file in, answer file out
