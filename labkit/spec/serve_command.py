@@ -22,7 +22,9 @@ from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.knobs import ARM_VARIABLE_PREFIXES, KNOBS
 from labkit.spec.numbers import POSITIVE, check_numbers
 
-# engine arguments that do not change what is measured (where the weights come from, names, logging)
+# engine arguments that do not change what is measured (where the weights come from, names, logging); a
+# load_format of "dummy" does (random weights decoded 25 % slower than real ones on one H100,
+# data/baselines/h100/real-vs-dummy-2026-12-06): to_knobs keeps it as the dummy_weights knob
 NO_EFFECT = {"model", "served_model_name", "tokenizer", "revision", "tokenizer_revision", "code_revision",
              "download_dir", "trust_remote_code", "seed", "load_format", "disable_log_stats", "enable_log_requests",
              "hf_token", "hf_overrides", "config_format", "tokenizer_mode", "max_logprobs"}
@@ -60,6 +62,9 @@ def to_knobs(explicit: dict) -> tuple[dict, dict]:
     """The lab's knobs for engine arguments that differ from vLLM's defaults, and the rest (unmodelled)."""
     knobs, rest = {}, {}
     for name, value in explicit.items():
+        if name == "load_format" and value == "dummy":
+            knobs["dummy_weights"] = True
+            continue
         if name in NO_EFFECT:
             continue
         if name == "compilation_config" and isinstance(value, dict):

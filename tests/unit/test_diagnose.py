@@ -59,6 +59,9 @@ def test_what_a_launch_sets_becomes_knobs_and_the_rest_is_named():
     assert to_knobs({"speculative_config": ngram}) == ({"speculative": ngram}, {})  # --speculative-config
     eagle = {"method": "eagle", "model": "some/drafter", "num_speculative_tokens": 3}
     assert to_knobs({"speculative_config": eagle}) == ({}, {"speculative_config": eagle})  # a draft model: not ours
+    # random weights change decode speed (measured): kept as a knob; where real weights come from changes nothing
+    assert to_knobs({"load_format": "dummy", "seed": 1}) == ({"dummy_weights": True}, {})
+    assert to_knobs({"load_format": "safetensors"}) == ({}, {})
 
 
 def test_slo_texts():
