@@ -129,11 +129,19 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
                 rows.append({"experiment": name, "load": load_name, "verdict": "missing in this run"})
                 continue
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
+                # a load search probes each arm at the levels its own answers lead to: an arm measured at a
+                # load on one side only is named, not judged (a regression would be a search's choice)
+                if not (measured_at(b, arm) and measured_at(n, arm)):
+                    if measured_at(b, arm) or measured_at(n, arm):
+                        rows.append({"experiment": name, "load": load_name, "arm": arm,
+                                     "verdict": "missing in this run" if measured_at(b, arm) else "new: no baseline",
+                                     "note": "measured at this load on one side only (an arm's own load search)"})
+                    continue
                 launch = _launch(baseline, name, arm)
                 configuration = "same" if _launch(run, name, arm) == launch else "changed"
                 # a replicate counts for an arm only when it launched that arm exactly as the pinned run did
                 peers = [b] + [loads[load_name] for r, loads in replica_loads if load_name in loads
-                               and arm in loads[load_name].complete_arms and _launch(r, name, arm) == launch]
+                               and measured_at(loads[load_name], arm) and _launch(r, name, arm) == launch]
                 trials = min(x.trials[x.trials.arm == arm].trial.nunique() for x in (b, n))
                 note = (f"{trials} trial: the interval holds the noise within one engine, not between engine "
                         "starts" if trials < 2 and len(peers) < 2 else None)
@@ -147,6 +155,12 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
     table = pd.DataFrame(rows).reindex(columns=columns)
     table.attrs["baselines"] = [str(r) for r in references]
     return table
+
+
+def measured_at(load_results, arm: str) -> bool:
+    """Whether the arm has trials in one load's part of the results (complete arms need not: a load search
+    measures each arm at its own levels)."""
+    return bool((load_results.trials.arm == arm).any())
 
 
 def _judge(runs: list[list[np.ndarray]], candidate: list[np.ndarray], m, threshold: float) -> dict:

@@ -17,7 +17,8 @@ ENV = {"hardware_key": "h200", "gpus": ["NVIDIA H200"], "driver": "580", "packag
 
 def make_run(path, experiments, hardware="h200", env=None, trials=3, load=None, knobs=None, other_cores=None):
     """A suite run folder: suite.json and a store per experiment, an arm's values drawn around its (TPOT,
-    tok/s) with its seed; `knobs` gives an arm its launch knobs, `other_cores` the trials' host load."""
+    tok/s) with its seed; `load` names the load (or {arm: load}), `knobs` gives an arm its launch knobs,
+    `other_cores` the trials' host load."""
     path.mkdir(parents=True)
     (path / "suite.json").write_text(json.dumps({"profile": "h200", "hardware_key": hardware,
                                                  "environment": env or ENV}))
@@ -26,13 +27,14 @@ def make_run(path, experiments, hardware="h200", env=None, trials=3, load=None, 
         store.begin({"name": name, "arms": {arm: {} for arm in arms}})
         for arm, (tpot, tok_s, seed) in arms.items():
             rng = np.random.default_rng(seed)
+            arm_load = load.get(arm) if isinstance(load, dict) else load
             work = store.new_workdir(arm)
             rows = [{"request": i, "trial": t, "ttft_ms": 50 + rng.normal(0, 1), "tpot_ms": tpot * (1 + rng.normal(0, 0.01)),
                      "e2e_ms": 500.0, "itl_ms": list(tpot * (1 + rng.normal(0, 0.01, 8))), "prompt_tokens": 128,
-                     "output_tokens": 9, **({"load": load} if load else {})}
+                     "output_tokens": 9, **({"load": arm_load} if arm_load else {})}
                     for t in range(trials) for i in range(40)]
             pd.DataFrame(rows).to_parquet(work / "requests.parquet")
-            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005)), **({"load": load} if load else {}),
+            pd.DataFrame([{"trial": t, "output_tok_s": tok_s * (1 + rng.normal(0, 0.005)), **({"load": arm_load} if arm_load else {}),
                            **({"host_other_cores": other_cores} if other_cores is not None else {})}
                           for t in range(trials)]
                          ).to_parquet(work / "trials.parquet")
@@ -160,6 +162,20 @@ def test_loads_are_paired_by_name(tmp_path):
     assert set(baseline.compare_runs(same, base).load) == {"batch1"}
     table = baseline.compare_runs(other, base)
     assert table[["experiment", "load", "verdict"]].values.tolist() == [["exp", "batch1", "missing in this run"]]
+
+
+def test_arms_measured_at_their_own_loads_are_judged_where_both_sides_measured_them(tmp_path):
+    """A load search probes each arm at its own levels: an arm with no trials at a load is not judged there
+    (seen: compare failed on a capacity run whose arms had probed different rates)."""
+    arms = lambda seed: {"a": (5.0, 1000, seed), "b": (5.0, 1000, seed + 1), "c": (5.0, 1000, seed + 2)}
+    base = make_run(tmp_path / "base", {"exp": arms(1)}, load={"a": "r4", "b": "r8", "c": "r4"})
+    run = make_run(tmp_path / "run", {"exp": arms(4)}, load={"a": "r8", "b": "r4", "c": "r4"})
+    table = baseline.compare_runs(run, base)
+    judged = table[table.metric.notna()]
+    assert set(zip(judged.load, judged.arm)) == {("r4", "c")} and set(judged.verdict) == {"no detectable change"}
+    named = table[table.metric.isna()].set_index(["load", "arm"]).verdict.to_dict()
+    assert named == {("r4", "a"): "missing in this run", ("r4", "b"): "new: no baseline",
+                     ("r8", "a"): "new: no baseline", ("r8", "b"): "missing in this run"}
 
 
 def test_replicates_hold_the_noise_between_runs(tmp_path):
