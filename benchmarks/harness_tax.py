@@ -1,6 +1,6 @@
 """Harness tax: what the lab's measurement costs against plain vLLM started the same way, per arm and load.
 
-    python benchmarks/harness_tax.py [--model auto] [--arms default,eager] [--loads burst,closed]
+    python benchmarks/harness_tax.py [--model auto] [--arms default,eager,graphs_off] [--loads burst,closed]
                                      [--requests N] [--prompt-len N] [--output-len N] [--clients 64]
                                      [--trials 5] [--temperature T] [--workdir DIR] [--out result.json]
 
@@ -30,7 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ARMS = {"default": {}, "eager": {"enforce_eager": True}}
+# graphs_off: torch.compile kept, no CUDA graphs (the cuda_graphs notebook's arm), to find where its batch-1 time goes
+ARMS = {"default": {}, "eager": {"enforce_eager": True}, "graphs_off": {"cuda_graphs": False}}
 LOADS = {"burst": "offline", "closed": "serve"}  # load -> the deployment context it stands for
 TARGETS = {"cuda": 0.99, "cpu": 0.97}
 SIZES = {"cuda": {"requests": 512, "prompt_len": 512, "output_len": 128},  # the shape the gap was found on
@@ -185,7 +186,7 @@ def _run_plain(job: dict, folder: Path, name: str) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="auto")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {list(ARMS)}")
+    parser.add_argument("--arms", default="default,eager", help=f"comma-separated, of {list(ARMS)} (graphs_off: GPU only)")
     parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {list(LOADS)}")
     parser.add_argument("--requests", type=int, help="per trial (default: 512 on a GPU, 128 on a CPU)")
     parser.add_argument("--prompt-len", type=int, help="(default: 512 on a GPU, 128 on a CPU)")
