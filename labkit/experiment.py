@@ -25,11 +25,14 @@ from labkit.files import write_json_atomic
 from labkit.analyze import eta
 from labkit.measure.environment import check_multicast_off, compile_cache, hardware_key
 from labkit.measure.platform import Platform, current_platform
+from labkit.analyze.placement import control_arm
+from labkit.measure.gpu import gpu_identities
+from labkit.measure.placement import Placer, parallel_problems, placement_record
 from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
 from labkit.spec.load_search import LoadSearch
-from labkit.spec.knobs import ArmPlan, check_knobs, knob_problems, normalized_knobs, plan_arm
+from labkit.spec.knobs import ArmPlan, check_knobs, gpus_needed, knob_problems, normalized_knobs, plan_arm
 from labkit.spec.lists import as_list
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                                 sizes_text)
@@ -320,8 +323,14 @@ class Experiment:
         return None
 
     # ---- running ---------------------------------------------------------------------------------
-    def run(self, progress: bool = True, only: list[str] | None = None) -> Results:
-        """Measure every arm (or the arms named in `only`) not already stored, and load the results."""
+    def run(self, progress: bool = True, only: list[str] | None = None, parallel: int = 1,
+            control: bool = False) -> Results:
+        """Measure every arm (or the arms named in `only`) not already stored, and load the results.
+        `parallel=N` runs up to N arms at once, each on a place of its own (labkit.measure.placement): on a GPU
+        host the GPUs it needs (tp x pp x dp), on a CPU a share of the cores; every arm records where it ran, and
+        a verdict between arms measured apart says so (labkit.analyze.placement). `control=True` (GPU arms at
+        once) also measures the reference arm's launch on a second GPU, beside it, as arm `<reference>-control`:
+        the GPU-to-GPU spread that a verdict between arms on different GPUs is judged against."""
         from tqdm.auto import tqdm
 
         only = None if only is None else as_list("only", only, "['arm-name']")
@@ -329,12 +338,18 @@ class Experiment:
         if unknown:
             raise BadParameter(f"no arm(s) {unknown} in this experiment; its arms are {list(self.arms)}")
         plans = {arm: plan for arm, plan in self.plans().items() if only is None or arm in only}
+        if control:  # the reference's launch again, started right after it so that both take a GPU at once
+            raise_problems("control=True", self._control_problems(parallel, plans))
+            reference = self._control_reference()
+            plans = {reference: plans[reference], control_arm(reference): plans[reference],
+                     **{arm: plan for arm, plan in plans.items() if arm != reference}}
         ref = resolve_model(self.model)
         vocab = _vocab(ref)
         for arm, plan in plans.items():  # every check before the first engine starts
             if not plan.not_applicable:
                 self._check_lengths(plan, ref, arm)
         check_multicast_off(where="the shell's environment (the arm workers inherit it)")
+        placer = self._placer(parallel, plans, ref)  # refused here, before any engine starts
         if self.server_url is not None:  # before any worker starts: is there a vLLM server to measure?
             from labkit.measure.served import check_server
             check_server(self.server_url)
@@ -350,7 +365,7 @@ class Experiment:
                               "context": self.context, "arms": self.arms, "base": self.base,
                               "overrides": self.overrides, "workloads": self._workload_dicts(),
                               "protocol": self.protocol.to_dict()})
-            early = self._take_early(todo)
+            early = self._take_early(todo if placer is None else [])  # its worker has no place: ended
             self.store.clean_work(keep=early.workdir if early else None)
             for arm, plan in plans.items():
                 if plan.not_applicable:
@@ -361,6 +376,10 @@ class Experiment:
             if todo:
                 bar.write(eta.expected_total(list(estimates.values()), self.protocol.fewest_trials,
                                              self.protocol.most_trials))
+            if placer is not None:
+                self._run_at_once(todo, vocab, placer, bar, estimates)
+                bar.close()
+                return load(self.name, self.store.path.parent)
             # the next arm's worker, importing while this arm's engine starts (the first arm's: the plan's)
             upcoming: list[ArmWorker] = [early] if early else []
             try:
@@ -374,6 +393,66 @@ class Experiment:
                     worker.discard()
             bar.close()
         return load(self.name, self.store.path.parent)
+
+    def _control_reference(self) -> str:
+        return self.protocol.decide_against or next(iter(self.arms))
+
+    def _control_problems(self, parallel: int, plans: dict[str, ArmPlan]) -> list[str]:
+        """Why a GPU-to-GPU control cannot be measured with this run (every reason at once)."""
+        problems = []
+        if self.platform.kind != "cuda":
+            problems.append(f"a control measures the spread between GPUs; this machine is a {self.platform.kind.upper()}")
+        if parallel == 1:
+            problems.append("a control runs beside its reference on another GPU: give parallel=2 or more")
+        reference = self._control_reference()
+        if reference not in plans or plans[reference].not_applicable:
+            problems.append(f"the reference arm {reference!r} is not among the arms to run here")
+        return problems
+
+    def _placer(self, parallel: int, plans: dict[str, ArmPlan], ref: ModelRef) -> Placer | None:
+        """Where arms run at once (None: one at a time, on the whole machine); BadParameter names every reason
+        they cannot."""
+        if parallel == 1:
+            return None
+        gpus = gpu_identities() if self.platform.kind == "cuda" else []
+        needs = {arm: gpus_needed(self._engine_args(plan, ref)) for arm, plan in plans.items()
+                 if not plan.not_applicable}
+        raise_problems(f"parallel={parallel!r}", parallel_problems(parallel, self.platform.kind,
+                                                                  [index for index, _ in gpus], needs))
+        return Placer(parallel, self.platform.kind, gpus)
+
+    def _run_at_once(self, todo: list, vocab: int, placer: Placer, bar, estimates: dict) -> None:
+        """Run the arms on places of their own, as many at once as the placer allows, in the experiment's order
+        (an arm waits for a place rather than being passed by a later one). Each arm's worker is started with its
+        place; the store takes each result as it comes (one writer: this process). Interrupted, every running
+        arm's engine is ended, and what each had logged is kept for the next run."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        pending, running = list(todo), {}
+        with ThreadPoolExecutor(placer.parallel, thread_name_prefix="labkit-arm") as pool:
+            try:
+                while pending or running:
+                    while pending:
+                        arm, launch, spec = pending[0]
+                        place = placer.take(gpus_needed(launch))
+                        if place is None:
+                            break
+                        pending.pop(0)
+                        worker = self._worker((arm, launch, spec), vocab,
+                                              placement=placement_record(place, placer.parallel))
+                        bar.write(f"arm {arm!r}: started on {place.label()}")
+                        future = pool.submit(self._run_one, arm, spec, worker, None, False, bar, estimates[arm])
+                        running[future] = (place, worker)
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        place, _worker = running.pop(future)
+                        placer.give_back(place)
+                        bar.update(1)
+                        future.result()
+            except BaseException:
+                for _place, worker in running.values():  # their threads then record them as interrupted
+                    worker.discard_engine()
+                raise
 
     def _estimates(self, todo: list) -> dict[str, eta.Estimate]:
         """How long each arm to run will take here, from the records of earlier arms on this machine (this
@@ -393,13 +472,15 @@ class Experiment:
             return upcoming[-1]
         return start_next
 
-    def _worker(self, planned: tuple, vocab: int, release_within_s: float | None = None) -> ArmWorker:
+    def _worker(self, planned: tuple, vocab: int, release_within_s: float | None = None,
+                placement: dict | None = None) -> ArmWorker:
         """The arm's worker, started now: it imports, then waits for its turn."""
         arm, launch, spec = planned
         context = "served" if spec["knobs"].get("api_server") else self.context  # the arm behind vllm serve
         job = ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
                      context, arm_variables=spec.get("variables", {}),
-                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)), server_url=self.server_url)
+                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)), server_url=self.server_url,
+                     placement=placement or placement_record(None, 1))
         return ArmWorker(job, self.store.new_workdir(arm), release_within_s)
 
     def _reference(self, arm: str) -> dict | None:

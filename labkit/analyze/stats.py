@@ -13,7 +13,7 @@ import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
-from labkit.analyze import gpu_state, noise
+from labkit.analyze import gpu_state, noise, placement
 from labkit.analyze.quantile_bootstrap import windowed_replicates
 from labkit.spec.lists import as_list
 from labkit.shown import number, shows_whole
@@ -339,8 +339,12 @@ def machine_aware(results, baseline_arm: str, candidate_arm: str, m: Metric, c: 
     """The comparison of two arms' values with how the machine moved between their trials: the GPU's and the
     host's cautions joined, and TOO_NOISY (with the reason) for a better/worse the outside load explains."""
     notes = [n for n in (gpu_state.caution(results.trials, baseline_arm, candidate_arm),
-                         noise.caution(results, baseline_arm, candidate_arm)) if n]
-    why = noise.explains(results, baseline_arm, candidate_arm, m, c.rel_change) if c.verdict in (BETTER, WORSE) else None
+                         noise.caution(results, baseline_arm, candidate_arm),
+                         placement.caution(results, baseline_arm, candidate_arm, m)) if n]
+    why = None
+    if c.verdict in (BETTER, WORSE):
+        why = (noise.explains(results, baseline_arm, candidate_arm, m, c.rel_change)
+               or placement.explains(results, baseline_arm, candidate_arm, m, c.rel_change))
     return replace(c, caution="; ".join(notes) or None, **({"verdict": TOO_NOISY, "too_noisy": why} if why else {}))
 
 

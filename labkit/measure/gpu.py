@@ -97,6 +97,12 @@ def visible_gpus(rows: list[tuple[str, ...]], spec: str | None) -> list[tuple[st
     return chosen
 
 
+def gpu_identities() -> list[tuple[str, str]]:
+    """(driver index, UUID) of each GPU this process may use: where parallel arms are placed, and what an arm
+    records of the GPUs it ran on."""
+    return [(index, uuid) for index, uuid, _ in _query_visible_gpus("name")]
+
+
 def nvidia_gpus() -> tuple[str, ...]:
     """The names of the GPUs this process may use: the driver lists every GPU of the host,
     CUDA_VISIBLE_DEVICES narrows them (a run on one GPU of a two-GPU host is a one-GPU run, with its own

@@ -147,6 +147,12 @@ class ArmWorker:
     def release(self, **handed_over) -> None:
         write_json_atomic(self.workdir / RELEASED, handed_over)
 
+    def discard_engine(self) -> None:
+        """End the worker and its engine now (an interrupted run of arms at once); its folder stays, for the
+        thread that waits on it to record what its engine had logged."""
+        if self.proc.is_alive():
+            _kill_group(self.proc.pid)
+
     def discard(self) -> None:
         """End a worker whose turn never came, and its folder: it measured nothing."""
         if self.proc.is_alive():
@@ -163,6 +169,9 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None, work
     imported (two importing at once would slow this arm's start), and this arm measures only once the next
     has imported too."""
     in_use = gpu_memory_in_use() if job.platform_kind == "cuda" else {}
+    placed = (job.placement or {}).get("gpus")
+    if placed:  # an arm beside others sees, and waits for, its own GPUs only
+        in_use = {gpu: gib for gpu, gib in in_use.items() if gpu in placed}
     occupied = occupied_for_multi_gpu(job.engine_args, in_use)
     if occupied:  # refused before vLLM starts: a multi-GPU start beside another process's memory fails obscurely
         if worker:
@@ -219,7 +228,8 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None, work
         _kill_group(proc.pid)
         # The next arm must find the device as this one did: a GPU driver frees a killed process's memory
         # some time after it exits.
-        freed_s, still_held = wait_for_gpu_memory(in_use) if in_use else (0.0, {})
+        freed_s, still_held = wait_for_gpu_memory(in_use, read=lambda: {
+            gpu: gib for gpu, gib in gpu_memory_in_use().items() if gpu in in_use}) if in_use else (0.0, {})
     seconds = time.monotonic() - start
     result_file = workdir / "result.json"
     log_text = read_log(workdir / "engine.log")

@@ -36,6 +36,8 @@ class ArmJob:
     # the protocol's reference arm (decide_against) as measured earlier: load -> headline metric -> per-trial values
     reference: dict | None = None
     server_url: str | None = None  # a running server to measure as it is (nothing started or stopped)
+    # where this arm runs beside others (labkit.measure.placement): its GPUs or cores, and how many arms at once
+    placement: dict | None = None
 
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
@@ -53,6 +55,7 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
     own = dict(job.get("arm_variables") or {})
     before = dict(os.environ)
+    os.environ.update((job.get("placement") or {}).get("variables", {}))  # its GPUs or cores, before vLLM's import
     os.environ.update(own)
     job["user_variables"] = tuning_variables()
     if job.get("compile_cache"):  # set after reading: the lab's, not the user's
@@ -331,7 +334,9 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from labkit.analyze.stopping import arm_reason, stop_reason, trial_values
     from labkit.measure.resolved import facts_from_log, resolve
     from labkit.measure.driver import profile_window, run_trial, sampling_for, warm_up
+    from labkit.measure.gpu import gpu_identities
     from labkit.measure.gpu_state import GpuStateSampler
+    from labkit.measure.placement import placement_facts
     from labkit.spec.protocol import Protocol
     from labkit.spec.texts import vocabulary
     from labkit.spec.workload import Workload
@@ -366,6 +371,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
             facts = resolve(engine.vllm_config, log_text, job.platform_kind)
             sampling = sampling_for(engine.vllm_config.model_config, protocol.temperature)
         facts.update(init_s=init_s, context=job.context, usage_context=usage_context.name, sampling=sampling)
+        facts.update(placement_facts(job.placement, [uuid for _, uuid in gpu_identities()]
+                                     if job.platform_kind == "cuda" else []))
         if job.compile_cache:  # a rerun of a launch on this machine and version may reuse what was compiled
             facts["compile_cache"] = "warm" if cache_was_warm else "cold"  # warm: an earlier run compiled there
             if "Compiling model again due to a load failure" in (out / "engine.log").read_text(errors="replace"):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from labkit import settings
 from labkit.errors import BadParameter, DamagedStore
+from labkit.measure.placement import BIND, split_cores
 from labkit.spec.knobs import check_knobs
 from labkit.suite.parameters import PROFILES, check_parameters, parameters_for
 from labkit.files import make_portable, new_folder, portable, without_widget_state, write_json_atomic
@@ -32,7 +33,6 @@ from labkit.store import read_record
 from labkit.redact import REDACTED, redact, redact_text, secret_values
 
 NOTEBOOKS = settings.NOTEBOOKS
-BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's own: the cores a CPU engine's threads run on
 READERS = ("explore.ipynb",)  # notebooks that read the stores the others write, and measure nothing
 
 def utc_stamp() -> str:
@@ -296,13 +296,7 @@ def core_groups(jobs: int, hardware: str, bind: str | None = None, usable: list[
                         f"through it, so unset it or leave --jobs at 1")
     if problems:
         raise BadParameter("; ".join(problems))
-    size, extra = divmod(len(usable), jobs)
-    groups, start = [], 0
-    for job in range(jobs):
-        end = start + size + (job < extra)
-        groups.append(",".join(str(core) for core in usable[start:end]))
-        start = end
-    return groups
+    return split_cores(usable, jobs)
 
 
 def _status(path: Path) -> str:
