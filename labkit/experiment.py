@@ -324,13 +324,16 @@ class Experiment:
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, progress: bool = True, only: list[str] | None = None, parallel: int = 1,
-            control: bool = False) -> Results:
+            control: bool = False, cluster: str | None = None, accelerator_type: str | None = None) -> Results:
         """Measure every arm (or the arms named in `only`) not already stored, and load the results.
         `parallel=N` runs up to N arms at once, each on a place of its own (labkit.measure.placement): on a GPU
         host the GPUs it needs (tp x pp x dp), on a CPU a share of the cores; every arm records where it ran, and
         a verdict between arms measured apart says so (labkit.analyze.placement). `control=True` (GPU arms at
         once) also measures the reference arm's launch on a second GPU, beside it, as arm `<reference>-control`:
-        the GPU-to-GPU spread that a verdict between arms on different GPUs is judged against."""
+        the GPU-to-GPU spread that a verdict between arms on different GPUs is judged against.
+        `cluster` ("HOST:PORT" of a Ray cluster; default the setting LABKIT_RAY_ADDRESS) runs each arm as a Ray
+        task on a node that has what it needs, up to `parallel` at once, `accelerator_type` ("H200") pinning
+        GPU arms to that GPU model (labkit.measure.ray_arms); the results come back to this process's store."""
         from tqdm.auto import tqdm
 
         only = None if only is None else as_list("only", only, "['arm-name']")
@@ -349,7 +352,9 @@ class Experiment:
             if not plan.not_applicable:
                 self._check_lengths(plan, ref, arm)
         check_multicast_off(where="the shell's environment (the arm workers inherit it)")
-        placer = self._placer(parallel, plans, ref)  # refused here, before any engine starts
+        cluster = cluster if cluster is not None else settings.current().ray_address
+        on_ray = self._ray_plan(cluster, parallel, plans, ref, accelerator_type) if cluster else None
+        placer = None if cluster else self._placer(parallel, plans, ref)  # refused here, before any engine starts
         if self.server_url is not None:  # before any worker starts: is there a vLLM server to measure?
             from labkit.measure.served import check_server
             check_server(self.server_url)
@@ -365,7 +370,7 @@ class Experiment:
                               "context": self.context, "arms": self.arms, "base": self.base,
                               "overrides": self.overrides, "workloads": self._workload_dicts(),
                               "protocol": self.protocol.to_dict()})
-            early = self._take_early(todo if placer is None else [])  # its worker has no place: ended
+            early = self._take_early(todo if placer is None and on_ray is None else [])  # elsewhere: ended
             self.store.clean_work(keep=early.workdir if early else None)
             for arm, plan in plans.items():
                 if plan.not_applicable:
@@ -376,6 +381,10 @@ class Experiment:
             if todo:
                 bar.write(eta.expected_total(list(estimates.values()), self.protocol.fewest_trials,
                                              self.protocol.most_trials))
+            if on_ray is not None:
+                self._run_on_ray(todo, vocab, on_ray, bar)
+                bar.close()
+                return load(self.name, self.store.path.parent)
             if placer is not None:
                 self._run_at_once(todo, vocab, placer, bar, estimates)
                 bar.close()
@@ -454,6 +463,66 @@ class Experiment:
                     worker.discard_engine()
                 raise
 
+    def _ray_plan(self, cluster: str, parallel: int, plans: dict[str, ArmPlan], ref: ModelRef,
+                  accelerator_type: str | None) -> dict:
+        """Join the cluster and check that a node can take every arm (BadParameter names each one that cannot,
+        and what the nodes have), before anything starts: what each arm's task asks for."""
+        from labkit.measure import ray_arms
+
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise BadParameter(f"parallel is how many arms run at once, a whole number from 1; got {parallel!r}")
+        if self.server_url is not None:
+            raise BadParameter("a running server is measured from this machine: leave cluster (and "
+                               "LABKIT_RAY_ADDRESS) unset for server_url")
+        nodes = ray_arms.connect(cluster)
+        cuda = self.platform.kind == "cuda"
+        # a CPU arm takes an equal share of the smallest node's cores, `parallel` of them filling it
+        cores = max(1, min((int(n["Resources"].get("CPU", 1)) for n in nodes), default=1) // parallel)
+        requests = {arm: ray_arms.Request(gpus=gpus_needed(self._engine_args(plan, ref)) if cuda else 0,
+                                          cpus=1 if cuda else cores, accelerator_type=accelerator_type if cuda else None)
+                    for arm, plan in plans.items() if not plan.not_applicable}
+        raise_problems(f"the Ray cluster at {cluster}", ray_arms.cluster_problems(nodes, requests))
+        return {"requests": requests, "parallel": parallel, "cores": cores}
+
+    def _run_on_ray(self, todo: list, vocab: int, on_ray: dict, bar) -> None:
+        """Each arm a Ray task, up to `parallel` at once in the experiment's order; each outcome committed here
+        as it comes (an arm whose task was lost is recorded as failed, with why). Interrupted, the running tasks
+        are cancelled, which ends their engines."""
+        from labkit.measure import ray_arms
+        from labkit.measure.supervisor import ArmOutcome
+
+        ray = ray_arms.ray_module()
+        remote, pending, running = ray_arms.remote_arm(), list(todo), {}
+        try:
+            while pending or running:
+                while pending and len(running) < on_ray["parallel"]:
+                    arm, launch, spec = pending.pop(0)
+                    task = remote.options(**on_ray["requests"][arm].options()).remote(
+                        self._job((arm, launch, spec), vocab).__dict__, self.arm_timeout_s, on_ray["cores"],
+                        on_ray["parallel"])
+                    running[task] = (arm, spec)
+                    bar.write(f"arm {arm!r}: sent to the Ray cluster")
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for task in ready:
+                    arm, spec = running.pop(task)
+                    workdir = self.store.new_workdir(arm)
+                    try:
+                        answer = ray.get(task)
+                    except ray.exceptions.RayError as exc:
+                        outcome = ArmOutcome("failed", workdir, cause=ray_arms.RAY_CAUSE,
+                                             log_tail=ray_arms.lost_cause(exc))
+                    else:
+                        ray_arms.unpack(answer.pop("files"), workdir)
+                        outcome = ArmOutcome(answer["status"], workdir, cause=answer["cause"],
+                                             log_tail=answer["log_tail"], seconds=answer["seconds"],
+                                             facts=answer["facts"])
+                    self._store_outcome(arm, spec, outcome, workdir, bar)
+                    bar.update(1)
+        except BaseException:
+            for task in running:
+                ray.cancel(task, force=True)
+            raise
+
     def _estimates(self, todo: list) -> dict[str, eta.Estimate]:
         """How long each arm to run will take here, from the records of earlier arms on this machine (this
         experiment's own among them, read again after each arm)."""
@@ -472,16 +541,19 @@ class Experiment:
             return upcoming[-1]
         return start_next
 
+    def _job(self, planned: tuple, vocab: int, placement: dict | None = None) -> ArmJob:
+        """What the arm's worker is given: the full launch, the loads, the protocol and where it runs."""
+        arm, launch, spec = planned
+        context = "served" if spec["knobs"].get("api_server") else self.context  # the arm behind vllm serve
+        return ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
+                      context, arm_variables=spec.get("variables", {}),
+                      compile_cache=str(compile_cache(settings.current().compile_cache_dir)),
+                      server_url=self.server_url, placement=placement or placement_record(None, 1))
+
     def _worker(self, planned: tuple, vocab: int, release_within_s: float | None = None,
                 placement: dict | None = None) -> ArmWorker:
         """The arm's worker, started now: it imports, then waits for its turn."""
-        arm, launch, spec = planned
-        context = "served" if spec["knobs"].get("api_server") else self.context  # the arm behind vllm serve
-        job = ArmJob(arm, launch, self._workload_dicts(), self.protocol.to_dict(), vocab, self.platform.kind,
-                     context, arm_variables=spec.get("variables", {}),
-                     compile_cache=str(compile_cache(settings.current().compile_cache_dir)), server_url=self.server_url,
-                     placement=placement or placement_record(None, 1))
-        return ArmWorker(job, self.store.new_workdir(arm), release_within_s)
+        return ArmWorker(self._job(planned, vocab, placement), self.store.new_workdir(planned[0]), release_within_s)
 
     def _reference(self, arm: str) -> dict | None:
         """The protocol's reference arm's per-trial values, for an adaptive arm's "decided" stop: None for the
@@ -521,6 +593,10 @@ class Experiment:
             self.store.keep_interrupted(arm, workdir)
             raise
         trials.close()
+        self._store_outcome(arm, spec, outcome, workdir, bar)
+
+    def _store_outcome(self, arm: str, spec: dict, outcome, workdir: Path, bar) -> None:
+        """Commit a complete arm's folder to the store, or record its failure with the cause; one line says which."""
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if outcome.status == "complete":
             result = json.loads((workdir / "result.json").read_text())

@@ -27,6 +27,7 @@ VARIABLES = {  # field -> the environment variable that sets it at the boundary
     "journal": "LABKIT_JOURNAL",
     "compile_cache_dir": "LABKIT_COMPILE_CACHE_DIR",
     "launch_overrides": "LABKIT_LAUNCH_OVERRIDES",
+    "ray_address": "LABKIT_RAY_ADDRESS",
 }
 
 
@@ -45,20 +46,25 @@ class Settings:
     # a rerun of a launch reuses what its first run compiled; an upgrade or another machine starts clean
     compile_cache_dir: Path = ROOT / "data" / "results" / ".compile-cache"
     launch_overrides: dict = dataclasses.field(default_factory=dict)  # knobs forced onto every arm
+    # a Ray cluster (HOST:PORT, or "auto") whose nodes run the arms (labkit.measure.ray_arms); None: this machine
+    ray_address: str | None = None
 
     @classmethod
     def from_environment(cls, environ=None) -> "Settings":
         """The settings a shell gives the lab: each LABKIT_* variable that is set replaces its default."""
         environ = os.environ if environ is None else environ
         given = {name: Path(environ[var]) for name, var in VARIABLES.items()
-                 if name != "launch_overrides" and environ.get(var)}
-        return cls(**given, launch_overrides=_overrides_from_text(environ.get(VARIABLES["launch_overrides"], "")))
+                 if name not in ("launch_overrides", "ray_address") and environ.get(var)}
+        return cls(**given, launch_overrides=_overrides_from_text(environ.get(VARIABLES["launch_overrides"], "")),
+                   ray_address=environ.get(VARIABLES["ray_address"]) or None)
 
     def environment(self) -> dict[str, str]:
         """The variables that give a child process (a notebook kernel) these same settings."""
         values = {name: str(Path(value).resolve()) for name, value in dataclasses.asdict(self).items()
-                  if name != "launch_overrides"}
+                  if name not in ("launch_overrides", "ray_address")}
         values["launch_overrides"] = json.dumps(self.launch_overrides)
+        if self.ray_address:
+            values["ray_address"] = self.ray_address
         return {VARIABLES[name]: value for name, value in values.items()}
 
     def replace(self, **changes) -> "Settings":
