@@ -1,0 +1,151 @@
+"""Arms as tasks of a real Ray cluster (a head started here on 127.0.0.1, two CPUs) on the real CPU engine: two
+arms at once, each on a core of its own; a Ray worker killed mid-arm recorded as the arm's failure with no engine
+left behind; the driver killed mid-arm leaving the store whole; and a rerun that completes what was lost (with a
+second arm beside it: the two-at-once case, in one engine start fewer)."""
+import datetime as dt
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import labkit as lk
+from labkit.measure.ray_arms import RAY_CAUSE
+from labkit.store import load
+from labkit.suite.parameters import SMOKE_OVERRIDES
+
+pytestmark = pytest.mark.engine
+ray = pytest.importorskip("ray", reason="the Ray tests need the labkit[ray] extra (make setup installs it)")
+
+WORKLOAD = lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst())
+PROTOCOL = lk.Protocol(trials=2, warmup_requests=2)
+ARMS = {"one": {"max_num_seqs": 2}, "two": {"max_num_seqs": 4}}
+RAY = Path(sys.executable).with_name("ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Ray head on 127.0.0.1 with two CPUs, its own session folder, stopped (every process of it) at the end."""
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count()))  # the head's workers inherit the cores of this process
+    temp = Path(f"/tmp/ray-lk-{os.getpid()}")  # Ray's socket paths must stay short
+    port = _free_port()
+    started = subprocess.run([str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                              "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+                              f"--temp-dir={temp}"], capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+        os.sched_setaffinity(0, own)
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    import labkit as lk
+    from labkit.suite.parameters import SMOKE_OVERRIDES
+    if __name__ == "__main__":
+        exp = lk.Experiment("lost", {"one": {"max_num_seqs": 2}},
+                            lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst()), model="tiny-llama",
+                            base=SMOKE_OVERRIDES, protocol=lk.Protocol(trials=60, warmup_requests=2),
+                            results_dir=sys.argv[2])
+        exp.run(progress=False, cluster=sys.argv[1])
+        print("driver done")
+""")
+
+
+def _task_workers():
+    """The Ray worker processes running an arm now, with every process below them (the arm's worker, its engine)."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        if (proc.info["cmdline"] or [""])[0].startswith("ray::run_arm_on_node"):
+            found[proc] = proc.children(recursive=True)
+    return found
+
+
+def _wait_for_engine(limit_s=240):
+    """The running task's Ray worker once its arm's engine process is up (a child holding vLLM's engine core)."""
+    began = time.monotonic()
+    while time.monotonic() - began < limit_s:
+        for worker, below in _task_workers().items():
+            if len(below) >= 2:  # the arm's worker and its engine core
+                return worker
+        time.sleep(1)
+    raise AssertionError("no arm's engine came up on the cluster")
+
+
+def _gone(processes, limit_s=30) -> list:
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=limit_s)
+    return alive
+
+
+def test_a_lost_worker_and_a_killed_driver_are_recorded_and_a_rerun_completes(cluster, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    results_dir = tmp_path / "results"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    # 1. the Ray worker running the arm is killed mid-arm: the driver records the failure and ends
+    driver = subprocess.Popen([sys.executable, str(script), cluster, str(results_dir)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = _wait_for_engine()
+    below = worker.children(recursive=True)
+    worker.send_signal(signal.SIGKILL)
+    out, _ = driver.communicate(timeout=120)
+    assert driver.returncode == 0 and "driver done" in out, out[-3000:]
+    assert _gone(below) == [], "the arm's worker or engine outlived its Ray worker"
+    arms = load("lost", results_dir).arms.set_index("arm")
+    assert arms.loc["one", "status"] == "failed" and arms.loc["one", "cause"] == RAY_CAUSE
+    assert "Ray worker running the arm died" in arms.loc["one", "log_tail"], arms.loc["one", "log_tail"]
+
+    # 2. the driver itself is killed mid-arm: the store keeps what it had, whole, and the arm's engine ends
+    driver = subprocess.Popen([sys.executable, str(script), cluster, str(results_dir)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = _wait_for_engine()
+    below = [worker, *worker.children(recursive=True)]
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(30)
+    assert _gone(below, limit_s=60) == [], "the arm's task outlived its driver"
+    arms = load("lost", results_dir).arms
+    assert arms.status.tolist() == ["failed"], arms  # nothing half-written, nothing damaged
+
+    # 3. a rerun completes the lost arm, with a second arm beside it, each on a core of its own (a failed arm
+    # holds no spec: the rerun may measure it shorter)
+    results = lk.Experiment("lost", ARMS, WORKLOAD, model="tiny-llama", base=SMOKE_OVERRIDES, protocol=PROTOCOL,
+                            results_dir=results_dir).run(progress=False, parallel=2, cluster=cluster)
+    assert results.complete_arms == ["one", "two"], results.arms[["arm", "status", "cause"]]
+    assert len(list((results.path / "failures").glob("one-*"))) == 1  # the killed driver's attempt left nothing
+    facts = results.facts("placed_on", "arms_at_once", "node", "seconds", "recorded_utc").set_index("arm")
+    assert sorted(facts.placed_on) == ["cores 0", "cores 1"] and set(facts.arms_at_once) == {2}
+    node = facts.node.iloc[0]
+    assert set(facts.node) == {node} and node != "local" and len(node) == 12  # the Ray node's id, not a host name
+    assert socket.gethostname() not in node
+    ends = {arm: dt.datetime.fromisoformat(facts.loc[arm, "recorded_utc"]) for arm in ARMS}
+    starts = {arm: ends[arm] - dt.timedelta(seconds=float(facts.loc[arm, "seconds"])) for arm in ARMS}
+    assert max(starts.values()) < min(ends.values()), facts  # they ran at once
+    for arm in ARMS:  # vLLM bound each engine's threads to the arm's own core
+        core = facts.loc[arm, "placed_on"].split()[-1]
+        assert results.environment[arm]["tuning_variables"].get("VLLM_CPU_OMP_THREADS_BIND") == core
+    # stored as a local run's arms are: every request of both arms' trials, with their token stamps
+    assert len(results.requests) == 2 * 2 * 8 and results.requests.token_s.map(len).eq(8).all()
+    assert {"output_tok_s", "host_other_cores", "load", "trial"} <= set(results.trials.columns)
