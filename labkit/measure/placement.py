@@ -31,7 +31,7 @@ class Place:
 
     def label(self) -> str:
         if self.gpus:
-            return f"GPU {','.join(self.gpus)}"
+            return f"GPU {','.join(self.gpus)}" + (f" (cores {self.cores})" if self.cores else "")
         return f"cores {self.cores}" if self.cores else "the whole machine"
 
 
@@ -77,7 +77,9 @@ def parallel_problems(parallel, platform_kind: str, gpus: list[str], needs: dict
 
 class Placer:
     """Hands out places to arms as they start and takes them back as they end (threads of one driver): on a
-    GPU host any free GPUs an arm needs, at most `parallel` arms at once; on a CPU one of `parallel` core shares."""
+    GPU host any free GPUs an arm needs, at most `parallel` arms at once; on a CPU one of `parallel` core shares.
+    A GPU arm also gets one of the host's `parallel` core shares: its host side (the scheduler, the client loop,
+    an eager arm's kernel launches) then never waits for another arm's."""
 
     def __init__(self, parallel: int, platform_kind: str, gpus: list[tuple[str, str]],
                  usable_cores: list[int] | None = None):
@@ -85,7 +87,7 @@ class Placer:
         self.parallel, self.kind = parallel, platform_kind
         self._free_gpus = list(gpus)
         usable = sorted(os.sched_getaffinity(0)) if usable_cores is None else usable_cores
-        self._free_cores = split_cores(usable, parallel) if platform_kind != "cuda" else []
+        self._free_cores = split_cores(usable, min(parallel, len(usable)))
         self._running = 0
         self._lock = threading.Lock()
 
@@ -98,7 +100,8 @@ class Placer:
                 if len(self._free_gpus) < gpus_needed:
                     return None
                 taken = self._free_gpus[:gpus_needed]
-                place = Place(gpus=tuple(i for i, _ in taken), uuids=tuple(u for _, u in taken))
+                place = Place(gpus=tuple(i for i, _ in taken), uuids=tuple(u for _, u in taken),
+                              cores=self._free_cores.pop(0) if self._free_cores else None)
                 del self._free_gpus[:gpus_needed]
             else:
                 place = Place(cores=self._free_cores.pop(0))
@@ -110,7 +113,7 @@ class Placer:
             self._running -= 1
             if place.gpus:
                 self._free_gpus = sorted(self._free_gpus + list(zip(place.gpus, place.uuids)), key=lambda g: int(g[0]))
-            elif place.cores:
+            if place.cores:
                 self._free_cores.append(place.cores)
 
 
@@ -120,7 +123,8 @@ def placement_record(place: Place | None, at_once: int, node: str = "local") -> 
     or the Ray node's id."""
     place = place or Place()
     return {"variables": place.variables(), "placed_on": place.label(), "gpus": list(place.gpus), "cores": place.cores,
-            "arms_at_once": at_once, "node": node}
+            # a GPU arm's cores bound by affinity (a CPU engine's by vLLM's own variable)
+            "affinity": place.cores if place.gpus else None, "arms_at_once": at_once, "node": node}
 
 
 def placement_facts(record: dict | None, gpu_uuids: list[str]) -> dict:

@@ -55,7 +55,10 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
     own = dict(job.get("arm_variables") or {})
     before = dict(os.environ)
-    os.environ.update((job.get("placement") or {}).get("variables", {}))  # its GPUs or cores, before vLLM's import
+    placement = job.get("placement") or {}
+    os.environ.update(placement.get("variables", {}))  # its GPUs or cores, before vLLM's import
+    if placement.get("affinity"):  # a GPU arm beside others: its host side on cores of its own
+        os.sched_setaffinity(0, [int(core) for core in placement["affinity"].split(",")])
     os.environ.update(own)
     job["user_variables"] = tuning_variables()
     if job.get("compile_cache"):  # set after reading: the lab's, not the user's

@@ -14,17 +14,18 @@ def test_cores_split_into_contiguous_shares_the_first_ones_larger():
 
 
 def test_gpu_arms_get_the_gpus_they_need_by_uuid_and_give_them_back():
-    placer = Placer(3, "cuda", GPUS)
+    placer = Placer(3, "cuda", GPUS, usable_cores=list(range(6)))
     tp2 = placer.take(2)
-    assert tp2 == Place(gpus=("0", "1"), uuids=("GPU-aaa", "GPU-bbb"))
+    assert tp2 == Place(gpus=("0", "1"), uuids=("GPU-aaa", "GPU-bbb"), cores="0,1")  # its host side on cores of its own
     assert tp2.variables() == {"CUDA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb"}  # CUDA may number GPUs otherwise
-    assert tp2.label() == "GPU 0,1"
+    assert tp2.label() == "GPU 0,1 (cores 0,1)"
+    assert placement_record(tp2, 3)["affinity"] == "0,1"
     one = placer.take(1)
     assert one.gpus == ("2",)
     assert placer.take(2) is None  # one GPU left: a two-GPU arm waits
     placer.give_back(tp2)
     assert placer.take(2).gpus == ("0", "1")  # back in the driver's order
-    capped = Placer(2, "cuda", GPUS)
+    capped = Placer(2, "cuda", GPUS, usable_cores=[0, 1])
     assert capped.take(1).gpus == ("0",) and capped.take(1).gpus == ("1",)
     assert capped.take(1) is None  # two arms at once is the most, though GPUs 2 and 3 are free
 
@@ -39,7 +40,7 @@ def test_cpu_arms_each_get_a_share_of_the_cores_for_vllms_own_binding():
 
 
 def test_the_placer_never_hands_one_place_to_two_threads():
-    placer, taken, lock = Placer(4, "cuda", GPUS), [], threading.Lock()
+    placer, taken, lock = Placer(4, "cuda", GPUS, usable_cores=list(range(8))), [], threading.Lock()
 
     def grab():
         place = placer.take(1)
@@ -67,8 +68,72 @@ def test_every_reason_arms_cannot_run_at_once_is_named_together():
 
 def test_an_arm_records_its_node_place_and_gpus_without_its_variables():
     record = placement_record(Place(gpus=("1",), uuids=("GPU-bbb",)), 2)
-    assert record["variables"] == {"CUDA_VISIBLE_DEVICES": "GPU-bbb"}
+    assert record["variables"] == {"CUDA_VISIBLE_DEVICES": "GPU-bbb"} and record["affinity"] is None
     assert placement_facts(record, ["GPU-bbb"]) == {"node": "local", "placed_on": "GPU 1", "arms_at_once": 2,
                                                     "gpu_uuids": ["GPU-bbb"]}
     # one arm at a time, on a CPU: the whole machine, no GPU
     assert placement_facts(None, []) == {"node": "local", "placed_on": "the whole machine", "arms_at_once": 1}
+
+
+# ---- what a verdict between arms measured apart says (labkit.analyze.placement), on constructed results ----
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from labkit.analyze import stats  # noqa: E402
+from labkit.store import Results  # noqa: E402
+
+GPU_ENV = {"cpu_count": 16, "platform": "cuda"}
+
+
+def _results(arms: dict, environment=GPU_ENV):
+    """arms: name -> (output tok/s per trial, facts)."""
+    trials = [{"arm": arm, "trial": t, "output_tok_s": v, "host_other_cores": 0.1}
+              for arm, (values, _) in arms.items() for t, v in enumerate(values)]
+    rows = [{"arm": arm, "status": "complete", **{k: json.dumps(v) if isinstance(v, list) else v for k, v in facts.items()}}
+            for arm, (_, facts) in arms.items()]
+    return Results("fake", Path("/nonexistent"), {}, pd.DataFrame(rows), pd.DataFrame(), pd.DataFrame(trials),
+                   {arm: dict(environment) for arm in arms})
+
+
+def _on(gpu, at_once=2, node="local"):
+    return {"gpu_uuids": [gpu], "arms_at_once": at_once, "node": node, "placed_on": "GPU ?"}
+
+
+def test_arms_on_different_gpus_without_a_control_carry_a_caution_and_keep_their_verdict():
+    res = _results({"default": ([100.0, 101.0, 99.0], _on("GPU-aaaaaaaa-1111")),
+                    "eager": ([80.0, 81.0, 79.0], _on("GPU-bbbbbbbb-2222"))})
+    c = stats.compare(res, "default", "eager", "output_tok_s")
+    assert c.verdict == stats.WORSE
+    assert "measured on different GPUs (GPU-aaaaaaaa and GPU-bbbbbbbb)" in c.caution
+    assert "GPU-to-GPU spread was not measured (run with control=True)" in c.caution
+
+
+def test_a_change_within_the_gpu_to_gpu_spread_of_the_control_is_too_noisy_to_judge():
+    control_moved = {"default": ([100.0, 100.5, 99.5], _on("GPU-a")),
+                     "default-control": ([95.0, 95.5, 94.5], _on("GPU-b")),  # the same launch, 5 % apart
+                     "small_change": ([97.0, 97.5, 96.5], _on("GPU-b")),
+                     "big_change": ([60.0, 60.5, 59.5], _on("GPU-b"))}
+    res = _results(control_moved)
+    small = stats.compare(res, "default", "small_change", "output_tok_s")
+    assert small.verdict == stats.TOO_NOISY and "between two GPUs (control)" in small.too_noisy, small.sentence()
+    assert "the same launch moved -5.0% between two GPUs (control)" in small.caution
+    big = stats.compare(res, "default", "big_change", "output_tok_s")
+    assert big.verdict == stats.WORSE and "(control)" in big.caution
+    # on one GPU nothing is said: the spread between GPUs does not enter
+    same = stats.compare(_results({"a": ([100.0, 101.0, 99.0], _on("GPU-a")),
+                                   "b": ([97.0, 97.5, 96.5], _on("GPU-a"))}), "a", "b", "output_tok_s")
+    assert same.verdict == stats.WORSE and same.caution is None
+
+
+def test_cpu_arms_at_once_say_they_shared_the_host_and_different_nodes_are_named():
+    cpu = {"cpu_count": 2, "platform": "cpu"}
+    res = _results({"a": ([100.0, 101.0, 99.0], {"arms_at_once": 2, "placed_on": "cores 0", "node": "n1"}),
+                    "b": ([90.0, 91.0, 89.0], {"arms_at_once": 2, "placed_on": "cores 1", "node": "n2"})}, cpu)
+    c = stats.compare(res, "a", "b", "output_tok_s")
+    assert "measured on different machines (n1 and n2)" in c.caution
+    assert "measured 2 arms at once on this host (cores 0; cores 1): they shared its memory bandwidth" in c.caution
+    alone = _results({"a": ([100.0, 101.0, 99.0], {"arms_at_once": 1, "node": "local"}),
+                      "b": ([90.0, 91.0, 89.0], {"arms_at_once": 1, "node": "local"})}, cpu)
+    assert stats.compare(alone, "a", "b", "output_tok_s").caution is None
