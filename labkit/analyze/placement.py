@@ -102,3 +102,13 @@ def explains(results, baseline_arm: str, arm: str, m, rel_change: float) -> str 
         return None
     return (f"the arms ran on different GPUs, and the same launch moved up to {found[1]:.1%} between two GPUs "
             f"(control), as far as the change ({rel_change:+.1%})")
+
+
+def makespan(seconds: list[float], places: int) -> float:
+    """How long arms of these durations take on `places` places at once, each started in order on the first
+    place to come free (as Experiment.run's parallel arms are): the time the last one ends."""
+    free = [0.0] * max(1, places)
+    for duration in seconds:
+        first = free.index(min(free))
+        free[first] += duration
+    return max(free)

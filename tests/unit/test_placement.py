@@ -137,3 +137,28 @@ def test_cpu_arms_at_once_say_they_shared_the_host_and_different_nodes_are_named
     alone = _results({"a": ([100.0, 101.0, 99.0], {"arms_at_once": 1, "node": "local"}),
                       "b": ([90.0, 91.0, 89.0], {"arms_at_once": 1, "node": "local"})}, cpu)
     assert stats.compare(alone, "a", "b", "output_tok_s").caution is None
+
+
+def test_arms_at_once_that_cannot_be_are_refused_before_any_worker_starts(tmp_path, monkeypatch):
+    import os
+
+    import pytest
+
+    import labkit as lk
+    from labkit.errors import BadParameter
+    from labkit.measure import supervisor
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a worker started before the refusal")
+    monkeypatch.setattr(supervisor.ArmWorker, "__init__", no_worker)
+    exp = lk.Experiment("at-once", {"a": {}, "b": {"max_num_seqs": 2}}, lk.Workload(4, lk.Fixed(8), lk.Fixed(4),
+                        lk.Burst()), model="tiny-llama", results_dir=tmp_path)
+    too_many = len(os.sched_getaffinity(0)) + 1
+    with pytest.raises(BadParameter, match=f"use parallel={too_many - 1} or fewer"):
+        exp.run(progress=False, parallel=too_many)
+    with pytest.raises(BadParameter, match="whole number from 1; got 0"):
+        exp.run(progress=False, parallel=0)
+    with pytest.raises(BadParameter) as refused:
+        exp.run(progress=False, control=True)  # on a CPU, one at a time: two reasons, both named
+    assert "spread between GPUs" in str(refused.value) and "give parallel=2 or more" in str(refused.value)
+    assert not (tmp_path / "at-once" / "arms").exists()

@@ -1,0 +1,114 @@
+"""Arms at once: the wall time of one experiment run one arm at a time, with `parallel` arms at once on this
+host, and through a Ray cluster started here (127.0.0.1) — and, on paper, what a host of more GPUs would take.
+
+    python benchmarks/parallel_arms.py [--arms 4] [--parallel N] [--no-ray] [--out result.json]
+    python benchmarks/parallel_arms.py paper RESULTS_DIR EXPERIMENT [--gpus 8] [--out result.json]
+
+The first form runs the tiny synthetic model (eager, a smoke run's launch) with `--arms` arms of different
+max_num_seqs, the same workload and a fixed protocol, three times in fresh results folders: sequential,
+`parallel=N` (default: this process's cores), and on a Ray head started for the run with as many CPUs. It
+reports each run's wall time, each arm's seconds and place, and the host load. On a CPU the arms at once share
+one machine's cores and memory bandwidth: every arm measures slower there, which the per-arm seconds show.
+`paper` reads a stored experiment (one arm at a time, e.g. committed GPU evidence) and reports the sum of its
+arms' seconds against the makespan of the same arms on `--gpus` GPUs of one host (labkit.analyze.placement.makespan:
+each arm on the first GPU to come free, as Experiment.run(parallel=) places them) — an estimate that assumes
+the arms keep their one-at-a-time durations, which a shared host does not promise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_once(exp_args: dict, results_dir: Path, **run_args) -> dict:
+    import labkit as lk
+
+    began = time.perf_counter()
+    results = lk.Experiment(results_dir=results_dir, **exp_args).run(progress=False, **run_args)
+    wall = time.perf_counter() - began
+    facts = results.facts("seconds", "init_s", "placed_on", "arms_at_once")
+    return {"wall_s": round(wall, 1), "complete": results.complete_arms,
+            "arms": facts[["arm", "status", "seconds", "init_s", "placed_on"]].round(1).to_dict("records"),
+            "load_avg_after": round(os.getloadavg()[0], 2)}
+
+
+def measured(a) -> dict:
+    import labkit as lk
+    from labkit.suite.parameters import SMOKE_OVERRIDES
+
+    cores = len(os.sched_getaffinity(0))
+    parallel = a.parallel or cores
+    exp_args = {"name": "parallel-arms", "model": "tiny-llama", "base": SMOKE_OVERRIDES,
+                "arms": {f"max_num_seqs={n}": {"max_num_seqs": n} for n in (2, 4, 8, 16, 32, 64)[: a.arms]},
+                "workload": lk.Workload(16, lk.Fixed(32), lk.Fixed(16), lk.Concurrency(4)),
+                "protocol": lk.Protocol(trials=2, warmup_requests=2)}
+    report = {"cores": cores, "parallel": parallel, "arms": a.arms, "load_avg_before": round(os.getloadavg()[0], 2)}
+    with tempfile.TemporaryDirectory() as tmp:
+        report["sequential"] = run_once(exp_args, Path(tmp) / "sequential")
+        report["at_once"] = run_once(exp_args, Path(tmp) / "at-once", parallel=parallel)
+        if not a.no_ray:
+            report["ray"] = on_ray(exp_args, Path(tmp), parallel, cores)
+    return report
+
+
+def on_ray(exp_args: dict, tmp: Path, parallel: int, cores: int) -> dict:
+    ray = Path(sys.executable).with_name("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    temp = Path(f"/tmp/ray-bench-{os.getpid()}")
+    began = time.perf_counter()
+    subprocess.run([str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                    f"--num-cpus={cores}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+                    f"--temp-dir={temp}"], check=True, capture_output=True, timeout=120)
+    started = time.perf_counter() - began
+    try:
+        found = run_once(exp_args, tmp / "ray", parallel=parallel, cluster=f"127.0.0.1:{port}")
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+    return {**found, "cluster_start_s": round(started, 1)}
+
+
+def paper(a) -> dict:
+    from labkit.analyze.placement import makespan
+    from labkit.store import load
+
+    results = load(a.experiment, a.results_dir)
+    complete = results.arms[results.arms.status == "complete"]
+    seconds = [float(s) for s in complete.seconds]
+    return {"experiment": a.experiment, "arms": complete.arm.tolist(), "arm_seconds": [round(s, 1) for s in seconds],
+            "sequential_s": round(sum(seconds), 1), "gpus": a.gpus,
+            "at_once_s": round(makespan(seconds, a.gpus), 1),
+            "assumes": "each arm keeps its one-at-a-time duration; engine starts and compile caches are per GPU"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="what")
+    paper_args = sub.add_parser("paper")
+    paper_args.add_argument("results_dir")
+    paper_args.add_argument("experiment")
+    paper_args.add_argument("--gpus", type=int, default=8)
+    paper_args.add_argument("--out")
+    parser.add_argument("--arms", type=int, default=4)
+    parser.add_argument("--parallel", type=int, default=0, help="arms at once (default: this process's cores)")
+    parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--out")
+    a = parser.parse_args()
+    report = paper(a) if a.what == "paper" else measured(a)
+    print(json.dumps(report, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
