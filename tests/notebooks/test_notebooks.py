@@ -19,7 +19,8 @@ pytestmark = pytest.mark.notebook
 JOBS = min(2, len(os.sched_getaffinity(0)))
 
 
-SUITE_LIMIT_S, NBVAL_LIMIT_S = 2400, 600  # ~10 min and ~10 s here: a stalled run fails, named, in bounded time
+# ~10 min, and ~1-2 min for each process's share of the nbval re-runs here: a stalled run fails, named, in bounded time
+SUITE_LIMIT_S, NBVAL_LIMIT_S = 2400, 900
 
 
 def bounded(command, limit_s, **kwargs):
@@ -90,21 +91,34 @@ def test_a_suite_run_names_no_host_and_no_path_of_this_machine(suite_run):
 
 
 @pytest.fixture(scope="module")
-def nbval_runs(suite_run):
-    """nbval on every executed notebook, JOBS at once: each re-run is a kernel that reads its own experiment's
-    store in the run (the store resumes: nothing is measured twice, and no two re-runs write one store)."""
+def nbval_runs(suite_run, tmp_path_factory):
+    """nbval on every executed notebook, in JOBS pytest processes at once, each re-running its share of the
+    notebooks one after another (one interpreter's start for many: ~4 s a notebook saved). Each re-run is a
+    kernel that reads its own experiment's store in the run (the store resumes: nothing is measured twice, and no
+    two re-runs write one store). Returns, per notebook, its cells' outcomes from the JUnit report and the
+    output of the process that ran it."""
+    import xml.etree.ElementTree as ET
     from concurrent.futures import ThreadPoolExecutor
 
     run, _, env = suite_run
     env = {**env, "LABKIT_RESULTS_DIR": str(run / "results")}
+    reports = tmp_path_factory.mktemp("nbval")
 
-    def nbval(notebook):
-        executed = run / notebook.replace("/", "__")
-        return bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax", str(executed)],
-                       NBVAL_LIMIT_S, cwd=executed.parent, env=env)
+    def nbval(group: int):
+        names = [nb.replace("/", "__") for nb in IDS[group::JOBS]]
+        report = reports / f"group-{group}.xml"
+        done = bounded([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+                        f"--junitxml={report}", *names], NBVAL_LIMIT_S, cwd=run, env=env)
+        cells = {}
+        if report.exists():
+            for case in ET.parse(report).iter("testcase"):
+                failed = [f"{child.tag}: {child.get('message', '')}\n{(child.text or '')[-1500:]}"
+                          for child in case if child.tag in ("failure", "error")]
+                cells.setdefault(case.get("classname"), []).append((case.get("name"), failed))
+        return {nb: (cells.get(nb.replace("/", "__"), []), done) for nb in IDS[group::JOBS]}
 
     with ThreadPoolExecutor(JOBS) as pool:
-        return dict(zip(IDS, pool.map(nbval, IDS)))
+        return {nb: found for group in pool.map(nbval, range(JOBS)) for nb, found in group.items()}
 
 
 @pytest.mark.parametrize("notebook", IDS)
@@ -113,8 +127,10 @@ def test_executed_notebook_passes_nbval(suite_run, nbval_runs, notebook):
     nb = nbformat.read(run / notebook.replace("/", "__"), as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
-    nbval = nbval_runs[notebook]
-    assert nbval.returncode == 0, nbval.stdout[-4000:] + nbval.stderr[-2000:]
+    cells, done = nbval_runs[notebook]
+    assert cells, f"nbval ran no cell of {notebook}:\n" + done.stdout[-4000:] + done.stderr[-2000:]
+    failed = [f"{cell}: {why}" for cell, why in cells if why]
+    assert not failed, "\n".join(failed)[-6000:]
 
 
 def test_pinned_run_compared_with_itself_has_no_regression(suite_run):
