@@ -331,7 +331,7 @@ class Experiment:
         a verdict between arms measured apart says so (labkit.analyze.placement). `control=True` (GPU arms at
         once) also measures the reference arm's launch on a second GPU, beside it, as arm `<reference>-control`:
         the GPU-to-GPU spread that a verdict between arms on different GPUs is judged against.
-        `cluster` ("HOST:PORT" of a Ray cluster; default the setting LABKIT_RAY_ADDRESS) runs each arm as a Ray
+        `cluster` ("HOST:PORT" of a Ray cluster; default the setting `ray_address`) runs each arm as a Ray
         task on a node that has what it needs, up to `parallel` at once, `accelerator_type` ("H200") pinning
         GPU arms to that GPU model (labkit.measure.ray_arms); the results come back to this process's store."""
         from tqdm.auto import tqdm
@@ -473,7 +473,7 @@ class Experiment:
             raise BadParameter(f"parallel is how many arms run at once, a whole number from 1; got {parallel!r}")
         if self.server_url is not None:
             raise BadParameter("a running server is measured from this machine: leave cluster (and "
-                               "LABKIT_RAY_ADDRESS) unset for server_url")
+                               f"{settings.VARIABLES['ray_address']}) unset for server_url")
         nodes = ray_arms.connect(cluster)
         cuda = self.platform.kind == "cuda"
         # a CPU arm takes an equal share of the smallest node's cores, `parallel` of them filling it

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import settings
 from labkit.errors import BadParameter
 
 RAY_CAUSE = "ray_lost"  # the arm's task ended without an outcome: its worker or node was lost (cause's detail says)
@@ -57,7 +58,7 @@ def connect(address: str) -> list[dict]:
         ray.shutdown()  # joined to another cluster earlier in this process
     if not ray.is_initialized():
         if address != "auto" and not _answers(address):
-            raise BadParameter(f"no Ray cluster answers at {address!r} (LABKIT_RAY_ADDRESS): start one with "
+            raise BadParameter(f"no Ray cluster answers at {address!r} ({settings.VARIABLES['ray_address']}): start one with "
                                "`ray start --head`, or give the address its head printed")
         ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
         _joined = address
