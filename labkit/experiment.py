@@ -25,14 +25,14 @@ from labkit.files import write_json_atomic
 from labkit.analyze import eta
 from labkit.measure.environment import check_multicast_off, compile_cache, hardware_key
 from labkit.measure.platform import Platform, current_platform
+from labkit import at_once
 from labkit.analyze.placement import control_arm
-from labkit.measure.gpu import gpu_identities
-from labkit.measure.placement import Placer, parallel_problems, placement_record
+from labkit.measure.placement import placement_record
 from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
 from labkit.spec.load_search import LoadSearch
-from labkit.spec.knobs import ArmPlan, check_knobs, gpus_needed, knob_problems, normalized_knobs, plan_arm
+from labkit.spec.knobs import ArmPlan, check_knobs, knob_problems, normalized_knobs, plan_arm
 from labkit.spec.lists import as_list
 from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
                                 sizes_text)
@@ -342,8 +342,8 @@ class Experiment:
             raise BadParameter(f"no arm(s) {unknown} in this experiment; its arms are {list(self.arms)}")
         plans = {arm: plan for arm, plan in self.plans().items() if only is None or arm in only}
         if control:  # the reference's launch again, started right after it so that both take a GPU at once
-            raise_problems("control=True", self._control_problems(parallel, plans))
-            reference = self._control_reference()
+            raise_problems("control=True", at_once.control_problems(self, parallel, plans))
+            reference = at_once.control_reference(self)
             plans = {reference: plans[reference], control_arm(reference): plans[reference],
                      **{arm: plan for arm, plan in plans.items() if arm != reference}}
         ref = resolve_model(self.model)
@@ -353,8 +353,9 @@ class Experiment:
                 self._check_lengths(plan, ref, arm)
         check_multicast_off(where="the shell's environment (the arm workers inherit it)")
         cluster = cluster if cluster is not None else settings.current().ray_address
-        on_ray = self._ray_plan(cluster, parallel, plans, ref, accelerator_type) if cluster else None
-        placer = None if cluster else self._placer(parallel, plans, ref)  # refused here, before any engine starts
+        # where the arms run, refused here (every reason named) before any engine starts
+        on_ray = at_once.ray_plan(self, cluster, parallel, plans, ref, accelerator_type) if cluster else None
+        placer = None if cluster else at_once.placer_for(self, parallel, plans, ref)
         if self.server_url is not None:  # before any worker starts: is there a vLLM server to measure?
             from labkit.measure.served import check_server
             check_server(self.server_url)
@@ -381,12 +382,11 @@ class Experiment:
             if todo:
                 bar.write(eta.expected_total(list(estimates.values()), self.protocol.fewest_trials,
                                              self.protocol.most_trials))
-            if on_ray is not None:
-                self._run_on_ray(todo, vocab, on_ray, bar)
-                bar.close()
-                return load(self.name, self.store.path.parent)
-            if placer is not None:
-                self._run_at_once(todo, vocab, placer, bar, estimates)
+            if on_ray is not None or placer is not None:
+                if on_ray is not None:
+                    at_once.run_on_ray(self, todo, vocab, on_ray, bar)
+                else:
+                    at_once.run_at_once(self, todo, vocab, placer, bar, estimates)
                 bar.close()
                 return load(self.name, self.store.path.parent)
             # the next arm's worker, importing while this arm's engine starts (the first arm's: the plan's)
@@ -402,126 +402,6 @@ class Experiment:
                     worker.discard()
             bar.close()
         return load(self.name, self.store.path.parent)
-
-    def _control_reference(self) -> str:
-        return self.protocol.decide_against or next(iter(self.arms))
-
-    def _control_problems(self, parallel: int, plans: dict[str, ArmPlan]) -> list[str]:
-        """Why a GPU-to-GPU control cannot be measured with this run (every reason at once)."""
-        problems = []
-        if self.platform.kind != "cuda":
-            problems.append(f"a control measures the spread between GPUs; this machine is a {self.platform.kind.upper()}")
-        if parallel == 1:
-            problems.append("a control runs beside its reference on another GPU: give parallel=2 or more")
-        reference = self._control_reference()
-        if reference not in plans or plans[reference].not_applicable:
-            problems.append(f"the reference arm {reference!r} is not among the arms to run here")
-        return problems
-
-    def _placer(self, parallel: int, plans: dict[str, ArmPlan], ref: ModelRef) -> Placer | None:
-        """Where arms run at once (None: one at a time, on the whole machine); BadParameter names every reason
-        they cannot."""
-        if parallel == 1:
-            return None
-        gpus = gpu_identities() if self.platform.kind == "cuda" else []
-        needs = {arm: gpus_needed(self._engine_args(plan, ref)) for arm, plan in plans.items()
-                 if not plan.not_applicable}
-        raise_problems(f"parallel={parallel!r}", parallel_problems(parallel, self.platform.kind,
-                                                                  [index for index, _ in gpus], needs))
-        return Placer(parallel, self.platform.kind, gpus)
-
-    def _run_at_once(self, todo: list, vocab: int, placer: Placer, bar, estimates: dict) -> None:
-        """Run the arms on places of their own, as many at once as the placer allows, in the experiment's order
-        (an arm waits for a place rather than being passed by a later one). Each arm's worker is started with its
-        place; the store takes each result as it comes (one writer: this process). Interrupted, every running
-        arm's engine is ended, and what each had logged is kept for the next run."""
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-        pending, running = list(todo), {}
-        with ThreadPoolExecutor(placer.parallel, thread_name_prefix="labkit-arm") as pool:
-            try:
-                while pending or running:
-                    while pending:
-                        arm, launch, spec = pending[0]
-                        place = placer.take(gpus_needed(launch))
-                        if place is None:
-                            break
-                        pending.pop(0)
-                        worker = self._worker((arm, launch, spec), vocab,
-                                              placement=placement_record(place, placer.parallel))
-                        bar.write(f"arm {arm!r}: started on {place.label()}")
-                        future = pool.submit(self._run_one, arm, spec, worker, None, False, bar, estimates[arm])
-                        running[future] = (place, worker)
-                    done, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        place, _worker = running.pop(future)
-                        placer.give_back(place)
-                        bar.update(1)
-                        future.result()
-            except BaseException:
-                for _place, worker in running.values():  # their threads then record them as interrupted
-                    worker.discard_engine()
-                raise
-
-    def _ray_plan(self, cluster: str, parallel: int, plans: dict[str, ArmPlan], ref: ModelRef,
-                  accelerator_type: str | None) -> dict:
-        """Join the cluster and check that a node can take every arm (BadParameter names each one that cannot,
-        and what the nodes have), before anything starts: what each arm's task asks for."""
-        from labkit.measure import ray_arms
-
-        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-            raise BadParameter(f"parallel is how many arms run at once, a whole number from 1; got {parallel!r}")
-        if self.server_url is not None:
-            raise BadParameter("a running server is measured from this machine: leave cluster (and "
-                               f"{settings.VARIABLES['ray_address']}) unset for server_url")
-        nodes = ray_arms.connect(cluster)
-        cuda = self.platform.kind == "cuda"
-        # a CPU arm takes an equal share of the smallest node's cores, `parallel` of them filling it
-        cores = max(1, min((int(n["Resources"].get("CPU", 1)) for n in nodes), default=1) // parallel)
-        requests = {arm: ray_arms.Request(gpus=gpus_needed(self._engine_args(plan, ref)) if cuda else 0,
-                                          cpus=1 if cuda else cores, accelerator_type=accelerator_type if cuda else None)
-                    for arm, plan in plans.items() if not plan.not_applicable}
-        raise_problems(f"the Ray cluster at {cluster}", ray_arms.cluster_problems(nodes, requests))
-        return {"requests": requests, "parallel": parallel, "cores": cores}
-
-    def _run_on_ray(self, todo: list, vocab: int, on_ray: dict, bar) -> None:
-        """Each arm a Ray task, up to `parallel` at once in the experiment's order; each outcome committed here
-        as it comes (an arm whose task was lost is recorded as failed, with why). Interrupted, the running tasks
-        are cancelled, which ends their engines."""
-        from labkit.measure import ray_arms
-        from labkit.measure.supervisor import ArmOutcome
-
-        ray = ray_arms.ray_module()
-        remote, pending, running = ray_arms.remote_arm(), list(todo), {}
-        try:
-            while pending or running:
-                while pending and len(running) < on_ray["parallel"]:
-                    arm, launch, spec = pending.pop(0)
-                    task = remote.options(**on_ray["requests"][arm].options()).remote(
-                        self._job((arm, launch, spec), vocab).__dict__, self.arm_timeout_s, on_ray["cores"],
-                        on_ray["parallel"])
-                    running[task] = (arm, spec)
-                    bar.write(f"arm {arm!r}: sent to the Ray cluster")
-                ready, _ = ray.wait(list(running), num_returns=1)
-                for task in ready:
-                    arm, spec = running.pop(task)
-                    workdir = self.store.new_workdir(arm)
-                    try:
-                        answer = ray.get(task)
-                    except ray.exceptions.RayError as exc:
-                        outcome = ArmOutcome("failed", workdir, cause=ray_arms.RAY_CAUSE,
-                                             log_tail=ray_arms.lost_cause(exc))
-                    else:
-                        ray_arms.unpack(answer.pop("files"), workdir)
-                        outcome = ArmOutcome(answer["status"], workdir, cause=answer["cause"],
-                                             log_tail=answer["log_tail"], seconds=answer["seconds"],
-                                             facts=answer["facts"])
-                    self._store_outcome(arm, spec, outcome, workdir, bar)
-                    bar.update(1)
-        except BaseException:
-            for task in running:
-                ray.cancel(task, force=True)
-            raise
 
     def _estimates(self, todo: list) -> dict[str, eta.Estimate]:
         """How long each arm to run will take here, from the records of earlier arms on this machine (this

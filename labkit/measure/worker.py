@@ -61,6 +61,7 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
         os.sched_setaffinity(0, [int(core) for core in placement["affinity"].split(",")])
     os.environ.update(own)
     job["user_variables"] = tuning_variables()
+    hide_ray(job["engine_args"])
     if job.get("compile_cache"):  # set after reading: the lab's, not the user's
         caches = cache_variables(job["compile_cache"])
         os.environ.update(caches)
@@ -161,6 +162,23 @@ def _resolve_in_a_fork(asked: dict, plans, launched_with: dict) -> int:
         plans.send(resolve_arms(asked["context"], asked["arms"]))
     finally:
         os._exit(0)
+
+
+# vLLM imports Ray at import whenever it is installed (vllm.v1.engine.utils -> v1.executor.ray_utils): 1.5-2.5 s
+# of a core in each of an engine's processes here, some minutes over the smoke suite, for engines that never use it
+WITHOUT_RAY = Path(__file__).resolve().parent / "without_ray"
+
+
+def hide_ray(engine_args: dict) -> bool:
+    """Give this worker and every process it starts (vLLM's engine core and workers, `vllm serve`) a `ray` that
+    cannot be imported, unless the arm asks vLLM for Ray as its executor: they start as on a machine without Ray.
+    (A Ray task's own process keeps its Ray; the arm's worker is a fresh interpreter below it.) Returns whether
+    Ray was hidden."""
+    if engine_args.get("distributed_executor_backend") == "ray" or not WITHOUT_RAY.is_dir() or "ray" in sys.modules:
+        return False
+    sys.path.insert(0, str(WITHOUT_RAY))  # spawned children get this process's path
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(WITHOUT_RAY), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return True
 
 
 def _wait_while_held(out: Path, limit_s: float = HOLD_LIMIT_S, poll_s: float = 0.1) -> float:

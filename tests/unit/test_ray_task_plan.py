@@ -70,3 +70,24 @@ def test_a_lost_task_is_recorded_in_words():
         "the Ray worker running the arm died (killed, or out of memory): The worker died unexpectedly")
     assert lost_cause(NodeDiedError("")).startswith("the node running the arm left the cluster")
     assert lost_cause(ValueError("x")) == "Ray: ValueError: x"
+
+
+def test_an_arm_that_does_not_use_ray_starts_as_on_a_machine_without_it(tmp_path):
+    """vLLM imports Ray whenever it is installed (seconds in each engine process); the arm's worker hides it from
+    itself and every process it starts, unless the arm asks for Ray as vLLM's executor."""
+    import subprocess
+    import sys
+
+    probe = ("import os, subprocess, sys\n"
+             "from labkit.measure.worker import hide_ray\n"
+             "if not hide_ray({'distributed_executor_backend': sys.argv[1]}):\n"
+             "    print(False, 'without_ray' in os.environ.get('PYTHONPATH', ''))\n"
+             "    sys.exit()\n"
+             "child = subprocess.run([sys.executable, '-c', 'import ray'], capture_output=True, text=True)\n"
+             "print(True, child.returncode, 'hidden from this engine by labkit' in child.stderr)\n")
+    script = tmp_path / "probe.py"
+    script.write_text(probe)
+    hidden = subprocess.run([sys.executable, str(script), "mp"], capture_output=True, text=True, check=True)
+    assert hidden.stdout.split() == ["True", "1", "True"], hidden.stderr
+    kept = subprocess.run([sys.executable, str(script), "ray"], capture_output=True, text=True, check=True)
+    assert kept.stdout.split() == ["False", "False"], kept.stderr
