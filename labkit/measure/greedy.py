@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from labkit.analyze.numerics import leading
+from labkit.measure.worker import without_ray_path
 
 CHAT_QUESTIONS = ("What is the capital of France?", "Write a haiku about the sea.", "List three primary colors.")
 
@@ -69,10 +70,12 @@ def vllm_greedy_answers(model_path: str, prompts: list[list[int]], max_tokens: i
         request.write_text(json.dumps({"model": model_path, "prompts": prompts, "max_tokens": max_tokens,
                                        "dtype": dtype, "engine_args": dict(engine_args or {}),
                                        "logprobs": logprobs}))
+        env = {**os.environ, **(variables or {})}
+        if (engine_args or {}).get("distributed_executor_backend") != "ray":  # as an arm's worker does
+            env["PYTHONPATH"] = without_ray_path(env.get("PYTHONPATH"))
         try:
             done = subprocess.run([sys.executable, "-m", "labkit.measure.greedy", str(request), str(answer)],
-                                  capture_output=True, text=True, timeout=timeout_s,
-                                  env={**os.environ, **(variables or {})})
+                                  capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired as late:
             raise EngineRunFailed(f"no answer within {timeout_s:g} s", str(late.stderr or "")[-3000:]) from None
         if done.returncode or not answer.exists():

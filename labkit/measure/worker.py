@@ -177,8 +177,13 @@ def hide_ray(engine_args: dict) -> bool:
     if engine_args.get("distributed_executor_backend") == "ray" or not WITHOUT_RAY.is_dir() or "ray" in sys.modules:
         return False
     sys.path.insert(0, str(WITHOUT_RAY))  # spawned children get this process's path
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(WITHOUT_RAY), *filter(None, [os.environ.get("PYTHONPATH")])])
+    os.environ["PYTHONPATH"] = without_ray_path(os.environ.get("PYTHONPATH"))
     return True
+
+
+def without_ray_path(pythonpath: str | None) -> str:
+    """A PYTHONPATH under which `import ray` fails (see hide_ray), for a fresh interpreter that runs vLLM."""
+    return os.pathsep.join([str(WITHOUT_RAY), *filter(None, [pythonpath])])
 
 
 def _wait_while_held(out: Path, limit_s: float = HOLD_LIMIT_S, poll_s: float = 0.1) -> float:

@@ -13,6 +13,7 @@ package beside transformers.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -94,7 +95,13 @@ def model_folder(model: PackagedModel, models_dir: str | Path | None = None) -> 
             {"from": model.distribution, "gguf_file": model.gguf_file, "gguf_sha256": model.sha256,
              "files": {p.name: _sha256(p) for p in sorted(staging.iterdir())}}, indent=2))
 
-    return make_folder_atomically(target, fill)
+    # one conversion at a time (notebooks of one suite run ask at once): the second waits and reuses the first's
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "labkit-made.json").exists():
+            return target
+        return make_folder_atomically(target, fill)
 
 
 def _convert(gguf: Path, folder: Path) -> None:

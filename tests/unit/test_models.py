@@ -157,3 +157,29 @@ def test_packaged_model_names_and_their_errors(monkeypatch, tmp_path):
     with pytest.raises(BadParameter, match="damaged or another version"):
         pm.model_folder(pm.SMOLLM2, tmp_path / "models")
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())  # nothing half-made
+
+
+def test_a_packaged_model_is_converted_once_when_several_ask_at_once(monkeypatch, tmp_path):
+    import threading
+    import time
+
+    from labkit.spec import packaged_models as pm
+
+    source = tmp_path / "pkg" / pm.SMOLLM2.gguf_file
+    source.parent.mkdir()
+    source.write_bytes(b"model")
+    monkeypatch.setattr(pm, "gguf_path", lambda model: source)
+    monkeypatch.setattr(pm, "_sha256", lambda path: pm.SMOLLM2.sha256)
+    converted = []
+
+    def convert(gguf, folder):
+        converted.append(folder)
+        time.sleep(0.3)  # long enough for the other asker to arrive while this one converts
+        (folder / "model.safetensors").write_bytes(b"weights")
+    monkeypatch.setattr(pm, "_convert", convert)
+    found = []
+    askers = [threading.Thread(target=lambda: found.append(pm.model_folder(pm.SMOLLM2, tmp_path / "models")))
+              for _ in range(2)]
+    [t.start() for t in askers]
+    [t.join() for t in askers]
+    assert len(converted) == 1 and len(set(found)) == 1 and (found[0] / "labkit-made.json").exists()
