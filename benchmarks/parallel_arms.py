@@ -19,10 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,21 +56,12 @@ def measured(a) -> dict:
 
 
 def on_ray(exp_args: dict, tmp: Path, parallel: int, cores: int) -> dict:
-    ray = Path(sys.executable).with_name("ray")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    temp = Path(f"/tmp/ray-bench-{os.getpid()}")
+    from labkit.measure.ray_arms import local_cluster
+
     began = time.perf_counter()
-    subprocess.run([str(ray), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    f"--num-cpus={cores}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-                    f"--temp-dir={temp}"], check=True, capture_output=True, timeout=120)
-    started = time.perf_counter() - began
-    try:
-        found = run_once(exp_args, tmp / "ray", parallel=parallel, cluster=f"127.0.0.1:{port}")
-    finally:
-        subprocess.run([str(ray), "stop", "--force"], capture_output=True, timeout=120)
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_cluster(cpus=cores) as address:
+        started = time.perf_counter() - began
+        found = run_once(exp_args, tmp / "ray", parallel=parallel, cluster=address)
     return {**found, "cluster_start_s": round(started, 1)}
 
 

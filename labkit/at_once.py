@@ -7,7 +7,7 @@ from __future__ import annotations
 from labkit import settings
 from labkit.errors import BadParameter
 from labkit.measure.gpu import gpu_identities
-from labkit.measure.placement import Placer, parallel_problems, placement_record
+from labkit.measure.placement import Placer, count_problems, parallel_problems, placement_record
 from labkit.spec.knobs import ArmPlan, gpus_needed
 from labkit.spec.models import ModelRef
 from labkit.spec.numbers import raise_problems
@@ -84,8 +84,7 @@ def ray_plan(exp, cluster: str, parallel: int, plans: dict[str, ArmPlan], ref: M
     and what the nodes have), before anything starts: what each arm's task asks for."""
     from labkit.measure import ray_arms
 
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise BadParameter(f"parallel is how many arms run at once, a whole number from 1; got {parallel!r}")
+    raise_problems(f"parallel={parallel!r}", count_problems(parallel))
     if exp.server_url is not None:
         raise BadParameter("a running server is measured from this machine: leave cluster (and "
                            f"{settings.VARIABLES['ray_address']}) unset for server_url")

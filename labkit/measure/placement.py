@@ -46,14 +46,20 @@ def split_cores(usable: list[int], groups: int) -> list[str]:
     return shares
 
 
+def count_problems(parallel) -> list[str]:
+    """What is wrong with `parallel` as a number of arms at once (empty: nothing)."""
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        return [f"parallel is how many arms run at once, a whole number from 1; got {parallel!r}"]
+    return []
+
+
 def parallel_problems(parallel, platform_kind: str, gpus: list[str], needs: dict[str, int],
                       usable_cores: list[int] | None = None, bind: str | None = None) -> list[str]:
     """Everything that keeps `parallel` arms from running at once here, at once: `gpus` are the visible GPUs'
     indices, `needs` each arm's GPU count (tp x pp x dp)."""
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        return [f"parallel is how many arms run at once, a whole number from 1; got {parallel!r}"]
-    if parallel == 1:
-        return []
+    wrong = count_problems(parallel)
+    if wrong or parallel == 1:
+        return wrong
     problems = []
     if platform_kind == "cuda":
         too_big = {arm: n for arm, n in needs.items() if n > len(gpus)}
@@ -122,7 +128,7 @@ def placement_record(place: Place | None, at_once: int, node: str = "local") -> 
     (placement_facts). `node` names the machine without its host name (stored results name no host): "local",
     or the Ray node's id."""
     place = place or Place()
-    return {"variables": place.variables(), "placed_on": place.label(), "gpus": list(place.gpus), "cores": place.cores,
+    return {"variables": place.variables(), "placed_on": place.label(), "gpus": list(place.gpus),
             # a GPU arm's cores bound by affinity (a CPU engine's by vLLM's own variable)
             "affinity": place.cores if place.gpus else None, "arms_at_once": at_once, "node": node}
 

@@ -12,10 +12,14 @@ Where an arm ran is recorded with it: the node's Ray id (never its host name), i
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -63,6 +67,34 @@ def connect(address: str) -> list[dict]:
         ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
         _joined = address
     return [node for node in ray.nodes() if node.get("Alive")]
+
+
+@contextlib.contextmanager
+def local_cluster(cpus: int, gpus: int = 0):
+    """A Ray head on 127.0.0.1 of this machine with `cpus` CPUs (and `gpus` GPUs), in a session folder of its own:
+    its address ("127.0.0.1:PORT") inside the block; afterwards this process leaves it and it is stopped. (`ray
+    stop` ends every Ray process this user runs on the machine: for trying the Ray path here, not beside a
+    cluster of one's own.)"""
+    global _joined
+    from labkit.measure.served import free_port
+
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    port, session = free_port(), Path(tempfile.mkdtemp(prefix="ray-lk-", dir="/tmp"))  # Ray's socket paths stay short
+    started = subprocess.run([ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                              f"--num-cpus={cpus}", f"--num-gpus={gpus}", "--include-dashboard=false",
+                              "--disable-usage-stats", f"--temp-dir={session}"], capture_output=True, text=True,
+                             timeout=120)
+    if started.returncode:
+        shutil.rmtree(session, ignore_errors=True)
+        raise RuntimeError(f"ray start failed ({started.returncode}): {(started.stdout + started.stderr)[-2000:]}")
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+            sys.modules["ray"].shutdown()
+            _joined = None
+        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(session, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -164,8 +164,8 @@ def _resolve_in_a_fork(asked: dict, plans, launched_with: dict) -> int:
         os._exit(0)
 
 
-# vLLM imports Ray at import whenever it is installed (vllm.v1.engine.utils -> v1.executor.ray_utils): 1.5-2.5 s
-# of a core in each of an engine's processes here, some minutes over the smoke suite, for engines that never use it
+# vLLM imports Ray at import whenever it is installed (vllm.v1.engine.utils -> v1.executor.ray_utils): 1.2-2.2 s
+# more for each import of vLLM here (3 runs each way), some minutes over the smoke suite, for engines that never use it
 WITHOUT_RAY = Path(__file__).resolve().parent / "without_ray"
 
 

@@ -23,7 +23,7 @@ from labkit.spec.knobs import ARM_VARIABLE_PREFIXES, KNOBS
 from labkit.spec.numbers import POSITIVE, check_numbers
 
 # engine arguments that do not change what is measured (where the weights come from, names, logging); a
-# load_format of "dummy" does (random weights decoded 25 % slower than real ones on one H100,
+# load_format of "dummy" does (random weights decoded 24.7 % slower than real ones on one H100,
 # data/baselines/h100/real-vs-dummy-2026-12-06): to_knobs keeps it as the dummy_weights knob
 NO_EFFECT = {"model", "served_model_name", "tokenizer", "revision", "tokenizer_revision", "code_revision",
              "download_dir", "trust_remote_code", "seed", "load_format", "disable_log_stats", "enable_log_requests",

@@ -131,11 +131,12 @@ def compare_runs(run: str | Path, baseline: str | Path | list, threshold: float 
             for arm in sorted(set(b.complete_arms) & set(n.complete_arms)):
                 # a load search probes each arm at the levels its own answers lead to: an arm measured at a
                 # load on one side only is named, not judged (a regression would be a search's choice)
-                if not (measured_at(b, arm) and measured_at(n, arm)):
-                    if measured_at(b, arm) or measured_at(n, arm):
-                        rows.append({"experiment": name, "load": load_name, "arm": arm,
-                                     "verdict": "missing in this run" if measured_at(b, arm) else "new: no baseline",
-                                     "note": "measured at this load on one side only (an arm's own load search)"})
+                in_baseline, in_run = measured_at(b, arm), measured_at(n, arm)
+                if in_baseline != in_run:
+                    rows.append({"experiment": name, "load": load_name, "arm": arm,
+                                 "verdict": "missing in this run" if in_baseline else "new: no baseline",
+                                 "note": "measured at this load on one side only (an arm's own load search)"})
+                if not (in_baseline and in_run):
                     continue
                 launch = _launch(baseline, name, arm)
                 configuration = "same" if _launch(run, name, arm) == launch else "changed"

@@ -4,19 +4,17 @@ left behind; the driver killed mid-arm leaving the store whole; and a rerun that
 second arm beside it: the two-at-once case, in one engine start fewer)."""
 import datetime as dt
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 import labkit as lk
-from labkit.measure.ray_arms import RAY_CAUSE
+from labkit.measure.ray_arms import RAY_CAUSE, local_cluster
 from labkit.store import load
 from labkit.suite.parameters import SMOKE_OVERRIDES
 
@@ -26,33 +24,17 @@ ray = pytest.importorskip("ray", reason="the Ray tests need the labkit[ray] extr
 WORKLOAD = lk.Workload(8, lk.Fixed(16), lk.Fixed(8), lk.Burst())
 PROTOCOL = lk.Protocol(trials=2, warmup_requests=2)
 ARMS = {"one": {"max_num_seqs": 2}, "two": {"max_num_seqs": 4}}
-RAY = Path(sys.executable).with_name("ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A Ray head on 127.0.0.1 with two CPUs, its own session folder, stopped (every process of it) at the end."""
+def cluster():
+    """A Ray head on 127.0.0.1 with two CPUs (labkit.measure.ray_arms.local_cluster), stopped at the end."""
     own = os.sched_getaffinity(0)
     os.sched_setaffinity(0, range(os.cpu_count()))  # the head's workers inherit the cores of this process
-    temp = Path(f"/tmp/ray-lk-{os.getpid()}")  # Ray's socket paths must stay short
-    port = _free_port()
-    started = subprocess.run([str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                              "--num-cpus=2", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-                              f"--temp-dir={temp}"], capture_output=True, text=True, timeout=120)
-    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
     try:
-        yield f"127.0.0.1:{port}"
+        with local_cluster(cpus=2) as address:
+            yield address
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, timeout=120)
-        shutil.rmtree(temp, ignore_errors=True)
         os.sched_setaffinity(0, own)
 
 

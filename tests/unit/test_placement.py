@@ -1,8 +1,19 @@
 """Where arms run when several run at once: the places handed out, what is refused, what an arm records."""
+import json
+import os
 import threading
+from pathlib import Path
 
+import pandas as pd
+import pytest
+
+import labkit as lk
+from labkit.analyze import stats
+from labkit.errors import BadParameter
+from labkit.measure import supervisor
 from labkit.measure.placement import (BIND, Place, Placer, parallel_problems, placement_facts, placement_record,
                                       split_cores)
+from labkit.store import Results
 
 GPUS = [("0", "GPU-aaa"), ("1", "GPU-bbb"), ("2", "GPU-ccc"), ("3", "GPU-ddd")]
 
@@ -76,14 +87,6 @@ def test_an_arm_records_its_node_place_and_gpus_without_its_variables():
 
 
 # ---- what a verdict between arms measured apart says (labkit.analyze.placement), on constructed results ----
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pandas as pd  # noqa: E402
-
-from labkit.analyze import stats  # noqa: E402
-from labkit.store import Results  # noqa: E402
-
 GPU_ENV = {"cpu_count": 16, "platform": "cuda"}
 
 
@@ -140,14 +143,6 @@ def test_cpu_arms_at_once_say_they_shared_the_host_and_different_nodes_are_named
 
 
 def test_arms_at_once_that_cannot_be_are_refused_before_any_worker_starts(tmp_path, monkeypatch):
-    import os
-
-    import pytest
-
-    import labkit as lk
-    from labkit.errors import BadParameter
-    from labkit.measure import supervisor
-
     def no_worker(*args, **kwargs):
         raise AssertionError("a worker started before the refusal")
     monkeypatch.setattr(supervisor.ArmWorker, "__init__", no_worker)

@@ -1,12 +1,11 @@
 """The Ray side's pure parts: what the cluster is asked for, what is refused before anything starts, how a node's
 cores are claimed, how an arm's files travel back, and what a lost task is recorded as."""
-import socket
-
 import pytest
 
 from labkit.errors import BadParameter
 from labkit.measure import ray_arms
 from labkit.measure.ray_arms import Request, claim_cores, cluster_problems, lost_cause, pack, unpack
+from labkit.measure.served import free_port
 
 NODES = [{"NodeID": "a" * 40, "Alive": True, "Resources": {"CPU": 16.0, "GPU": 2.0, "accelerator_type:H100": 1.0}},
          {"NodeID": "b" * 40, "Alive": True, "Resources": {"CPU": 2.0}}]
@@ -29,9 +28,7 @@ def test_every_arm_the_cluster_cannot_place_is_named_with_what_the_nodes_have():
 
 def test_a_cluster_that_does_not_answer_is_refused_at_once_naming_the_address():
     pytest.importorskip("ray")
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     with pytest.raises(BadParameter, match=rf"no Ray cluster answers at '127.0.0.1:{port}'.*ray start --head"):
         ray_arms.connect(f"127.0.0.1:{port}")
 
