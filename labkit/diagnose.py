@@ -270,10 +270,13 @@ def _variables(values: dict):
 
 def diagnose(command: str, workload: Workload, *, model: str | None = None, target: str = "tpot_p50_ms",
              slo: dict[str, float] | None = None, environ: dict | None = None, name: str = "diagnosis",
-             protocol: Protocol | None = None, results_dir=None, progress: bool = True) -> Diagnosis:
+             protocol: Protocol | None = None, results_dir=None, overrides: dict | None = None,
+             progress: bool = True) -> Diagnosis:
     """Run the path for a `vllm serve` command under `workload`. `model` is what the lab measures in the
-    command's model's place (a synthetic shape such as "llama3-8b"; default: the command's model). Every bad
-    input fails before an engine starts."""
+    command's model's place (a synthetic shape such as "llama3-8b"; default: the command's model). `overrides`
+    are knobs forced onto every arm (default: the settings' launch overrides, as for any experiment): they are
+    not the command's, so no change proposes to undo them and the recommended command leaves them out. Every
+    bad input fails before an engine starts."""
     stats.metric(target)  # an unknown metric fails here, not after the measurements
     for metric_name in slo or {}:
         stats.metric(metric_name)
@@ -290,7 +293,7 @@ def diagnose(command: str, workload: Workload, *, model: str | None = None, targ
 
     def experiment(arms):
         return Experiment(name, arms, workload, model=model or launch.model, protocol=protocol,
-                          results_dir=results_dir)
+                          results_dir=results_dir, **({} if overrides is None else {"overrides": overrides}))
 
     stored = experiment(arms).store
     resumed = {arm for arm in arms if stored.completed_spec(arm) is not None}  # read back, not started again

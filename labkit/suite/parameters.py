@@ -17,8 +17,8 @@ NOTEBOOKS = settings.NOTEBOOKS
 SMOKE: dict[str, dict] = {
     "00_quickstart.ipynb": dict(model="tiny-llama", num_requests=24, prompt_len=64, output_len=16, trials=2,
                                 experiment="quickstart-smoke"),
-    # one change to find (max_num_seqs 1 under 4 clients queues requests: TTFT): two engine starts
-    # (its launch is the command: a variable set there would be a change the diagnosis proposes to undo)
+    # one change to find (max_num_seqs 1 under 4 clients queues requests: TTFT): two engine starts, eager and
+    # in-process through the notebook's overrides (set in the command, they would be changes to undo)
     "01_diagnose.ipynb": dict(command="vllm serve tiny-llama --max-num-seqs 1", model="tiny-llama", prompt_len=32,
                               output_len=16, clients=4, requests=8, target="ttft_p99_ms", trials=2,
                               experiment="diagnosis-smoke"),
