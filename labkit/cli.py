@@ -110,6 +110,32 @@ def compare_and_report(run: Path, baseline: list[str] | None, threshold: float, 
     return EXIT_NOTEBOOK_FAILED if any(s["status"] != "ok" for s in statuses) else 0
 
 
+def _suite_on_cluster(args) -> int:
+    """`labkit suite --cluster`: the notebooks over the cluster's nodes, each hardware's run compared with its own
+    baseline, one report; the exit status as for one run (bad data first, then a regression, then a failure)."""
+    from labkit.errors import BadParameter
+    from labkit.present.report import write_cluster_report
+    from labkit.suite import journal, notebooks as suite_mod, on_ray
+    from labkit.suite.runs import suite_meta
+
+    problems = [f"{flag} {why}" for flag, given, why in (
+        ("--jobs", args.jobs != 1, "is for one machine's cores: on a cluster each node runs one notebook at a time"),
+        ("--baseline", args.baseline, "names one hardware's run: on a cluster each hardware is compared with its "
+                                      "own pinned baseline (`labkit compare` takes one hardware's run and --baseline)"))
+        if given]
+    if problems:
+        raise BadParameter("labkit suite --cluster: " + "; ".join(problems))
+    top, runs = on_ray.run_on_cluster(args.cluster, args.selection, args.profile, args.resume,
+                                      overrides=suite_mod.parse_overrides(args.override))
+    codes = []
+    for run in runs:
+        journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
+        _print(f"== {run.name}")
+        codes.append(compare_and_report(run, None, args.threshold, suite_mod.statuses(run)))
+    _print(f"suite run: {top}\nreport: {write_cluster_report(top, runs)}")
+    return next((code for code in (EXIT_BAD_INPUT, EXIT_REGRESSION, EXIT_NOTEBOOK_FAILED) if code in codes), 0)
+
+
 def _diagnose(args) -> None:
     import pandas as pd
 
@@ -201,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "pinned baseline (repeat it to add replicate runs of the same configuration)")
     suite.add_argument("--threshold", type=number_text, default=0.05,
                        help="smallest change that counts (0.05 = 5 %%)")
+    suite.add_argument("--cluster", metavar="HOST:PORT", help="spread the notebooks over a Ray cluster's nodes by "
+                       "hardware (one notebook per node at a time; each hardware's run under its own key, compared "
+                       "with its own pinned baseline; one report)")
     pin = command("baseline", help="pin a suite run as the baseline for its hardware")
     pin.add_argument("run")
     pin.add_argument("--replicate", action="store_true", help="add the run to the pinned baseline as one more run "
@@ -249,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "env":
             from labkit.measure.environment import fingerprint
             _print(json.dumps(fingerprint(), indent=2))
+        elif args.command == "suite" and args.cluster:
+            return _suite_on_cluster(args)
         elif args.command == "suite":
             from labkit.suite import journal, notebooks as suite_mod
             from labkit.suite.runs import suite_meta

@@ -13,6 +13,7 @@ import pandas as pd
 
 from labkit.suite.baseline import DAMAGED, caution
 from labkit.suite.runs import readable, suite_meta
+from labkit.store import read_record
 from labkit.files import make_portable
 from labkit.redact import redact
 from labkit.shown import change, number
@@ -111,4 +112,29 @@ def write_report(run: str | Path, comparison: pd.DataFrame | None = None, env_di
     path = Path(path or run / "report.html")
     path.write_text("\n".join(parts))
     make_portable(path)  # a report travels: it names no path of this machine
+    return path
+
+
+def write_cluster_report(top: str | Path, runs: list[Path]) -> Path:
+    """One report for a suite run over a Ray cluster (TOP/report.html): which nodes of which hardware ran it,
+    then each hardware's own report (as `write_report` made it, in RUN/report.html) in full."""
+    from labkit.suite.notebooks import CLUSTER_RECORD, statuses
+
+    top = Path(top)
+    hardware = read_record(top / CLUSTER_RECORD, "hardware")["hardware"]
+    rows = [{"hardware": hw, "nodes": ", ".join(entry["nodes"]), "profile": entry["profile"],
+             "notebooks ok": sum(s["status"] == "ok" for s in statuses(top / hw)),
+             "notebooks not ok": sum(s["status"] != "ok" for s in statuses(top / hw))} for hw, entry in hardware.items()]
+    parts = [f"<html><head><meta charset='utf-8'><title>labkit suite {top.name}</title>{_STYLE}</head><body>",
+             f"<h1>Suite run {html.escape(top.name)} on a Ray cluster</h1>",
+             "<p>Each hardware ran the notebooks on its own nodes (Ray node ids), one notebook per node at a time, "
+             "and is compared with its own pinned baseline.</p>", pd.DataFrame(rows).to_html(index=False)]
+    for run in runs:
+        own = (run / "report.html").read_text()
+        body = own[own.find("<body>") + len("<body>"):own.rfind("</body>")]
+        parts.append(f"<hr><h1>{html.escape(run.name)}</h1>" + body.replace("<h1>", "<h2>").replace("</h1>", "</h2>"))
+    parts.append("</body></html>")
+    path = top / "report.html"
+    path.write_text("\n".join(parts))
+    make_portable(path)
     return path

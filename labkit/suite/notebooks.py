@@ -34,6 +34,7 @@ from labkit.redact import REDACTED, redact, redact_text, secret_values
 
 NOTEBOOKS = settings.NOTEBOOKS
 READERS = ("explore.ipynb",)  # notebooks that read the stores the others write, and measure nothing
+CLUSTER_RECORD = "cluster.json"  # a run made over a Ray cluster (labkit.suite.on_ray): one suite run per hardware
 
 def utc_stamp() -> str:
     """The one clock of run folders: UTC, so runs made on machines in other time zones sort together."""
@@ -133,6 +134,8 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
     cores = core_groups(jobs, hardware)  # before anything runs, as every other refusal
     if run_dir:
         run = Path(run_dir)
+        if (run / CLUSTER_RECORD).exists():
+            raise BadParameter(f"{run} ran on a Ray cluster: resume it there, with --cluster HOST:PORT")
         if not (run / "suite.json").exists():
             raise BadParameter(f"{run} is not a suite run (no suite.json): name a folder `labkit suite` made")
         meta = read_record(run / "suite.json", "profile", "notebooks")
@@ -153,13 +156,10 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         check_overrides(overrides, notebooks)
         stamp = utc_stamp()
         run = new_folder(settings.current().runs_dir, f"{stamp}-{hardware}")  # two suites in one second: two runs
-        write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
-                                               "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
-                                               "overrides": overrides, "jobs": jobs, "environment": fingerprint()})
+        write_suite_record(run, profile, hardware, stamp, notebooks, overrides, jobs, fingerprint())
     suite_settings = settings.current().replace(results_dir=run / "results")  # the run's own store
-    done = [nb for nb in notebooks if _status(run / f"{_slug(nb)}.status.json") == "ok"]  # a damaged one runs again
+    done, work = pending(run, notebooks, profile, overrides)
     secrets = secret_values(overrides)  # a kernel's output may echo an override's secret without its name
-    work = [(nb, parameters_for(profile, nb), overrides_for(overrides, nb)) for nb in notebooks if nb not in done]
     bar = tqdm(total=len(notebooks), initial=len(done), desc="suite", unit="notebook", disable=not progress)
     if cores == [None]:
         for nb, parameters, knobs in work:
@@ -170,6 +170,20 @@ def run_suite(selection: list[str] | None = None, profile: str | None = None, ru
         _run_at_once(work, run, secrets, suite_settings, cores, bar, CELL_LIMITS_S.get(profile))
     bar.close()
     return run
+
+
+def write_suite_record(run: Path, profile: str, hardware: str, stamp: str, notebooks: list[Path], overrides: dict,
+                       jobs: int, environment: dict, **more) -> None:
+    """The run's suite.json: what a resume, a comparison and the report read back."""
+    write_json_atomic(run / "suite.json", {"profile": profile, "hardware_key": hardware, "started_utc": stamp,
+                                           "notebooks": [str(p.relative_to(NOTEBOOKS)) for p in notebooks],
+                                           "overrides": overrides, "jobs": jobs, "environment": environment, **more})
+
+
+def pending(run: Path, notebooks: list[Path], profile: str, overrides: dict) -> tuple[list[Path], list[tuple]]:
+    """The notebooks a run has done, and the work left: (notebook, its parameters, its overrides) each."""
+    done = [nb for nb in notebooks if _status(run / f"{_slug(nb)}.status.json") == "ok"]  # a damaged one runs again
+    return done, [(nb, parameters_for(profile, nb), overrides_for(overrides, nb)) for nb in notebooks if nb not in done]
 
 
 def run_notebook(nb: Path, run: Path, parameters: dict, knobs: dict, secrets: list[str], suite_settings,

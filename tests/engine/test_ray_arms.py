@@ -4,6 +4,7 @@ left behind; the driver killed mid-arm leaving the store whole; and a rerun that
 second arm beside it: the two-at-once case, in one engine start fewer)."""
 import datetime as dt
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -131,3 +132,44 @@ def test_a_lost_worker_and_a_killed_driver_are_recorded_and_a_rerun_completes(cl
     # stored as a local run's arms are: every request of both arms' trials, with their token stamps
     assert len(results.requests) == 2 * 2 * 8 and results.requests.token_s.map(len).eq(8).all()
     assert {"output_tok_s", "host_other_cores", "load", "trial"} <= set(results.trials.columns)
+
+
+def test_the_suite_over_the_cluster_lands_under_the_nodes_hardware_with_one_report(cluster, tmp_path):
+    import json
+
+    from labkit.measure.environment import hardware_key
+
+    env = {**os.environ, "LABKIT_RUNS_DIR": str(tmp_path / "runs"), "LABKIT_JOURNAL": str(tmp_path / "journal.jsonl"),
+           "LABKIT_BASELINES_DIR": str(tmp_path / "baselines")}
+
+    def suite(*args):
+        return subprocess.run([sys.executable, "-m", "labkit.cli", "suite", "--cluster", cluster, *args],
+                              capture_output=True, text=True, env=env, timeout=900)
+
+    refused = suite("--jobs", "2", "--baseline", str(tmp_path), "00_quickstart.ipynb")
+    assert refused.returncode == 2 and "--jobs" in refused.stderr and "--baseline" in refused.stderr, refused.stderr
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
+
+    # the quickstart measures; explore reads its store, so it starts only once the quickstart is back
+    done = suite("--profile", "cpu-smoke", "00_quickstart.ipynb", "explore.ipynb")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [top] = (tmp_path / "runs").iterdir()
+    hardware = hardware_key()
+    run = top / hardware
+    assert top.name.endswith("-cluster") and json.loads((top / "cluster.json").read_text())["hardware"][hardware]
+    status = {p.name: json.loads(p.read_text()) for p in run.glob("*.status.json")}
+    assert {s["notebook"]: s["status"] for s in status.values()} == {"00_quickstart.ipynb": "ok", "explore.ipynb": "ok"}
+    nodes = {s["node"] for s in status.values()}
+    assert len(nodes) == 1 and len(nodes.pop()) == 12  # the Ray node's id, never its host name
+    assert load("quickstart-smoke", run / "results").complete_arms  # the node's store came back whole
+    assert done.stdout.index("explore.ipynb sent") > done.stdout.index("00_quickstart.ipynb ok")
+    report = (top / "report.html").read_text()
+    assert "on a Ray cluster" in report and hardware in report and "quickstart-smoke" in report
+    # no host name (a short one such as "vm" occurs by chance in embedded images: those are left out)
+    assert not re.search(rf"\b{re.escape(socket.gethostname())}\b", re.sub(r"[A-Za-z0-9+/=]{200,}", "", report))
+
+    # resumed: nothing left to run, nothing run again
+    stamps = {p: p.stat().st_mtime for p in run.glob("*.ipynb")}
+    again = suite("--resume", str(top))
+    assert again.returncode == 0 and "sent to node" not in again.stdout, again.stdout[-2000:] + again.stderr[-2000:]
+    assert {p: p.stat().st_mtime for p in run.glob("*.ipynb")} == stamps
