@@ -72,3 +72,51 @@ def test_an_api_server_arm_is_a_served_arm_of_the_same_launch(tmp_path):
     with pytest.raises(lk.BadParameter, match="api_server=True measures `vllm serve`"):
         lk.Experiment("e", {"a": {"api_server": True}}, lk.Workload(4, lk.Fixed(16), lk.Fixed(4), lk.Burst()),
                       context="offline")
+
+
+@pytest.fixture
+def answering(request):
+    """An HTTP server on 127.0.0.1 that answers every GET with the given body (not vLLM's API): its URL."""
+    import http.server
+    import threading
+
+    body = request.param
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("answering, said", [(b"<html>a web page</html>", "no vLLM server answers"),
+                                             (b'{"object": "list", "data": []}', "names no model")],
+                         indirect=["answering"])
+def test_a_url_that_answers_something_else_than_vllms_api_is_refused(answering, said):
+    with pytest.raises(lk.BadParameter, match=said):
+        served.check_server(answering, timeout_s=5)
+
+
+def test_a_server_never_healthy_is_ended_at_its_limit_and_one_that_exits_is_named(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(served, "HEALTH_POLL_S", 0.05)
+    silent = served.ServedEngine(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]),
+                                 served.free_port())  # alive, but nothing listens on its port
+    try:
+        with pytest.raises(TimeoutError, match="did not answer /health within 1 s"):
+            silent._wait_healthy(1.0)
+    finally:
+        silent.process.kill()
+    exited = served.ServedEngine(subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]), served.free_port())
+    exited.process.wait()
+    with pytest.raises(RuntimeError, match="exited with code 3 before it answered /health"):
+        exited._wait_healthy(30.0)
