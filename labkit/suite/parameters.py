@@ -61,8 +61,8 @@ SMOKE: dict[str, dict] = {
                                         stream_clients=8, stream_requests=16, trials=2, experiment="cuda-graphs-smoke"),
     # the real 135M model (smollm2-135m): in bfloat16 a CPU without AVX-512 prefilled 512-token prompts at ~40
     # tokens/s on one core here (an 18 s TTFT); float32 is its native arithmetic
-    "L3_kernel/real_vs_dummy_weights.ipynb": dict(decode_prompt_len=32, decode_output_len=32, decode_clients=4,
-                                                  prefill_prompt_len=256, prefill_output_len=4, prefill_clients=2,
+    "L3_kernel/real_vs_dummy_weights.ipynb": dict(decode_prompt_len=32, decode_output_len=16, decode_clients=4,
+                                                  prefill_prompt_len=128, prefill_output_len=4, prefill_clients=2,
                                                   requests_per_client=2, dtype="float32", trials=2,
                                                   experiment="real-vs-dummy-smoke"),
     "L3_kernel/speculative_decoding.ipynb": dict(ks="3", tasks="copy", clients="1,2", requests_per_client=1,
