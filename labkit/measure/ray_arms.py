@@ -209,11 +209,12 @@ def remote_arm():
     return _remote
 
 
-def lost_cause(exc: BaseException) -> str:
-    """In words, why a task ended without an outcome (its worker process or node lost, or cancelled)."""
+def lost_cause(exc: BaseException, running: str = "arm") -> str:
+    """In words, why a task ended without an outcome (its worker process or node lost, or cancelled); `running`
+    is what the task ran (an arm, a notebook)."""
     name = type(exc).__name__
-    what = {"WorkerCrashedError": "the Ray worker running the arm died (killed, or out of memory)",
-            "NodeDiedError": "the node running the arm left the cluster",
-            "TaskCancelledError": "the arm's task was cancelled",
-            "ObjectLostError": "the arm's results were lost with their node"}.get(name, f"Ray: {name}")
+    what = {"WorkerCrashedError": f"the Ray worker running the {running} died (killed, or out of memory)",
+            "NodeDiedError": f"the node running the {running} left the cluster",
+            "TaskCancelledError": f"the {running}'s task was cancelled",
+            "ObjectLostError": f"the {running}'s results were lost with their node"}.get(name, f"Ray: {name}")
     return f"{what}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else name}"

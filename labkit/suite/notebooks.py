@@ -218,11 +218,12 @@ def run_notebook(nb: Path, run: Path, parameters: dict, knobs: dict, secrets: li
 
 
 def _write_status(run: Path, nb: Path, error: str | None, seconds: float, bind: str | None, secrets,
-                  retried: str | None = None) -> None:
+                  retried: str | None = None, node: str | None = None) -> None:
     write_json_atomic(run / f"{_slug(nb)}.status.json",
                       {"notebook": str(nb.relative_to(NOTEBOOKS)), "status": "failed" if error else "ok",
                        "error": error and portable(error), "seconds": seconds, "cores": bind,
-                       **({"retried_after": portable(retried)} if retried else {})}, secrets=secrets)
+                       **({"retried_after": portable(retried)} if retried else {}),
+                       **({"node": node} if node else {})}, secrets=secrets)
 
 
 @contextlib.contextmanager

@@ -188,9 +188,10 @@ def _collect(task, run: Path, nb: Path, node_id: str, seconds: float, secrets: l
     try:
         answer = ray.get(task)
     except ray.exceptions.RayError as exc:
-        _write_status(run, nb, f"{ray_arms.RAY_CAUSE}: {ray_arms.lost_cause(exc)}", seconds, None, secrets)
+        why = ray_arms.lost_cause(exc, "notebook")
+        _write_status(run, nb, f"{ray_arms.RAY_CAUSE}: {why}", seconds, None, secrets, node=node_id[:12])
         if progress:
-            print(f"{nb.relative_to(NOTEBOOKS)} lost on node {node_id[:12]}: {ray_arms.lost_cause(exc)}", flush=True)
+            print(f"{nb.relative_to(NOTEBOOKS)} lost on node {node_id[:12]}: {why}", flush=True)
         return
     (run / "results").mkdir(exist_ok=True)
     for name, packed in answer["stores"].items():
