@@ -51,8 +51,7 @@ def notebook_on_node(notebook: str, parameters: dict, knobs: dict, secrets: list
         if stores:
             ray_arms.unpack(stores, run / "results")
         began = time.time()
-        node_settings = settings.current().replace(results_dir=run / "results", journal=run / "journal.jsonl",
-                                                   ray_address=None)
+        node_settings = settings.current().replace(results_dir=run / "results", journal=run / "journal.jsonl")
         run_notebook(NOTEBOOKS / notebook, run, parameters, knobs, secrets, node_settings, cell_limit_s=cell_limit_s)
         slug = _slug(NOTEBOOKS / notebook)
         changed = {store.name: ray_arms.pack(store) for store in sorted((run / "results").glob("*"))
