@@ -6,7 +6,7 @@ recomputes the answer, the goodput and the binding constraint from the stored re
 result a timeline whose window can be moved; a second set of results (another hardware) can be set beside.
 
 `Explorer` keeps what it last showed (`table`, `figure`, `answer`), so a test can move a widget and read what
-changed; `lk.explore()` builds one and returns its widget.
+changed; `lk.explore()` builds one and returns it (a notebook shows it as its widget).
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ class Explorer:
         if not holding:  # a named experiment opens the first results that hold it
             raise BadParameter(f"no stored experiment {experiment!r} in {list(self.roots)}; stored there: "
                                f"{sorted({e for f in self.roots.values() for e in experiments_under(f)})}")
-        self.table = self.figure = self.answer = self.message = None
+        self.table = self.figure = self.answer = self.message = self._widget = None
         self.busy = False  # True while a pick is computed (its "working" line is on screen)
         self._quiet, self._timeline, self._slo_unset, self._slo_metric = False, False, False, None
         self._shown: dict[tuple, tuple] = {}  # what a selection showed: moving the SLO or window reuses it
@@ -170,8 +170,16 @@ class Explorer:
 
     def widget(self):
         import ipywidgets as w
-        return w.VBox([w.HBox([self.root, self.beside, self.view]), w.HBox([self.experiment, self.load, self.metric]),
-                       w.HBox([self.arms, w.VBox([self.slo, self.window])]), self.out])
+        if self._widget is None:
+            self._widget = w.VBox([w.HBox([self.root, self.beside, self.view]),
+                                   w.HBox([self.experiment, self.load, self.metric]),
+                                   w.HBox([self.arms, w.VBox([self.slo, self.window])]), self.out])
+        return self._widget
+
+    def _ipython_display_(self):
+        """A notebook shows the explorer as its widget."""
+        from IPython.display import display
+        display(self.widget())
 
     def results(self, label: str | None = None) -> Results:
         return load(self.experiment.value, self.roots[label or self.root.value])
@@ -293,28 +301,37 @@ class Explorer:
 
     def _say(self, sentence: str, table: pd.DataFrame | None = None):
         """Replace what was shown with a sentence (and a table): nothing of the previous pick stays on screen."""
-        from IPython.display import display
         self.table, self.message = table, sentence
         self.figure = self.answer = None
-        self.out.clear_output(wait=True)
-        with self.out:
-            print(sentence)
-            if table is not None:
-                display(table)
+        self._replace_output(sentence, *([] if table is None else [table]))
 
     def _show(self):
-        from IPython.display import display
         self.message = None
-        self.out.clear_output(wait=True)
-        with self.out:
-            if self.answer:
-                print(self.answer["sentence"])
-            display(styled(self.table))
-            if self.answer:
-                display(plain(self.answer["goodput"]))
-            display(self.figure)
+        self._replace_output(*([self.answer["sentence"]] if self.answer else []), styled(self.table),
+                             *([plain(self.answer["goodput"])] if self.answer else []), self.figure)
+
+    def _replace_output(self, *items):
+        """The output area's whole content at once: a string as printed text, anything else (but None) as displayed. Set as
+        the widget's outputs rather than captured (`with out:`): capturing makes a notebook runner that mimics
+        the front end (nbclient, under papermill) answer on the kernel's shell socket while it waits there for
+        the cell's reply, and a busy machine then missed that reply until the cell's time limit (seen: 3 of 14
+        runs of explore.ipynb held 30 s, the limit there)."""
+        self.out.outputs = tuple({"output_type": "stream", "name": "stdout", "text": item + "\n"}
+                                 if isinstance(item, str) else _display_data(item) for item in items if item is not None)
 
 
-def explore(experiment: str | None = None, roots: dict[str, Path] | None = None):
-    """The explorer's widget, opened on `experiment` where it is stored."""
-    return Explorer(roots, experiment).widget()
+def _display_data(obj) -> dict:
+    """`obj` as a display_data output, formatted as the notebook's kernel formats what it displays (its
+    figures as images); outside a kernel, by IPython's plain formatter."""
+    from IPython import get_ipython
+    from IPython.core.formatters import DisplayFormatter
+
+    shell = get_ipython()
+    data, metadata = (shell.display_formatter if shell else DisplayFormatter()).format(obj)
+    return {"output_type": "display_data", "data": data, "metadata": metadata}
+
+
+def explore(experiment: str | None = None, roots: dict[str, Path] | None = None) -> Explorer:
+    """The explorer, opened on `experiment` where it is stored: a notebook shows it as its widget, and what it
+    shows (table, answer, figure) can be read from it."""
+    return Explorer(roots, experiment)

@@ -204,8 +204,9 @@ def run_notebook(nb: Path, run: Path, parameters: dict, knobs: dict, secrets: li
         except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
             error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
             if attempt == 0 and type(exc).__name__ == "CellTimeoutError":
-                # seen on a 2-core machine: a kernel idle, its cell's reply never reaching papermill, which
-                # waits for ever. Arms already measured are read back from the store: a second run is cheap
+                # seen on a 2-core machine: a kernel idle, its cell's reply not seen by papermill until the
+                # limit (one cause found and removed: output captured into an ipywidgets Output, see
+                # present/explore.py). Arms already measured are read back from the store: a second run is cheap
                 retried = error.splitlines()[0][:300]
                 continue
         break

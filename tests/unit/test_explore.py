@@ -133,3 +133,22 @@ def test_the_pareto_view_shows_every_chosen_arm_and_load_as_a_point():
     assert set(explorer.table.arm) == {"eager"} and len(explorer.table) == len(results.loads)
     explorer.view.value = explore.BY_METRIC
     assert "change" in explorer.table.columns
+
+
+def test_what_it_shows_is_set_as_the_output_widgets_content_never_captured(monkeypatch):
+    """Capturing into the Output widget (`with out:`) makes nbclient, under papermill, answer on the kernel's shell
+    socket while it waits there for the cell's reply; on a busy machine the reply was then missed until the cell's
+    time limit. What the explorer shows is the widget's outputs, set whole."""
+    import ipywidgets
+
+    def captured(_):
+        raise AssertionError("the explorer captured output into its Output widget")
+
+    monkeypatch.setattr(ipywidgets.Output, "__enter__", captured)
+    shown = explore.Explorer(ROOTS, "cuda-graphs")
+    kinds = [(o["output_type"], sorted(o.get("data", {}))) for o in shown.out.outputs]
+    assert [kind for kind, _ in kinds] == ["display_data", "display_data"], kinds  # the table, the figure
+    # (outside a kernel the figure is formatted as text: a kernel's formatter gives its image)
+    assert "text/html" in kinds[0][1] and "Figure" in shown.out.outputs[1]["data"]["text/plain"], kinds
+    shown.experiment.value = "batch-triangle"
+    assert shown.out.outputs[0]["output_type"] == "stream" and shown.answer["sentence"] in shown.out.outputs[0]["text"]
