@@ -8,6 +8,8 @@ import pytest
 
 from labkit.measure.hostload import OtherLoad
 
+pytestmark = pytest.mark.alone
+
 SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 
 
