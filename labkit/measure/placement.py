@@ -35,6 +35,18 @@ class Place:
         return f"cores {self.cores}" if self.cores else "the whole machine"
 
 
+def bound_cores(bind: str | None) -> set[int] | None:
+    """The cores a VLLM_CPU_OMP_THREADS_BIND value names ("0-3,5|6-7": every rank's), or None where it names
+    none (unset, "auto", "nobind", "all")."""
+    if not bind or not bind[0].isdigit():
+        return None
+    cores = set()
+    for part in bind.replace("|", ",").split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return cores
+
+
 def split_cores(usable: list[int], groups: int) -> list[str]:
     """`usable` cores split into `groups` contiguous shares, as VLLM_CPU_OMP_THREADS_BIND values."""
     size, extra = divmod(len(usable), groups)

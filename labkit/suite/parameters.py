@@ -60,13 +60,15 @@ SMOKE: dict[str, dict] = {
     "L3_kernel/cuda_graphs.ipynb": dict(model="tiny-llama", prompt_len=32, output_len=16, decode_requests=2,
                                         stream_clients=8, stream_requests=16, trials=2, experiment="cuda-graphs-smoke"),
     # the real 135M model (smollm2-135m): in bfloat16 a CPU without AVX-512 prefilled 512-token prompts at ~40
-    # tokens/s on one core here (an 18 s TTFT); float32 is its native arithmetic
-    "L3_kernel/real_vs_dummy_weights.ipynb": dict(decode_prompt_len=32, decode_output_len=16, decode_clients=4,
-                                                  prefill_prompt_len=128, prefill_output_len=4, prefill_clients=2,
-                                                  requests_per_client=2, dtype="float32", trials=2,
+    # tokens/s on one core here (an 18 s TTFT); float32 is its native arithmetic. Even so a step of it at batch 4
+    # took ~0.2 s beside another notebook: one trial a load, and loads of a few steps
+    "L3_kernel/real_vs_dummy_weights.ipynb": dict(decode_prompt_len=32, decode_output_len=16, decode_clients=2,
+                                                  prefill_prompt_len=64, prefill_output_len=4, prefill_clients=2,
+                                                  requests_per_client=2, dtype="float32", trials=1,
                                                   experiment="real-vs-dummy-smoke"),
-    "L3_kernel/speculative_decoding.ipynb": dict(ks="3", tasks="copy", clients="1,2", requests_per_client=1,
-                                                 output_len=16, dtype="float32", trials=2,
+    # one batch: its verification batches (2 and 2 x (k + 1)) are the estimate's two loads
+    "L3_kernel/speculative_decoding.ipynb": dict(ks="3", tasks="copy", clients="2", requests_per_client=1,
+                                                 output_len=16, dtype="float32", trials=1,
                                                  estimate_shape="tiny-llama", estimate_prompt_len=64,
                                                  experiment="speculative-decoding-smoke"),
     "L3_kernel/profile_hotspots.ipynb": dict(model="tiny-llama", clients=4, prompt_len=32, output_len=16, requests=8,

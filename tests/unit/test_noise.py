@@ -182,9 +182,11 @@ def test_a_quiet_trial_or_a_gpu_engine_is_kept_as_measured():
 
 def test_outside_load_counts_against_the_cores_the_arm_may_run_on(monkeypatch):
     """On 2 cores: an arm free to use both re-measures past 1 core of outside load; an arm bound to one core
-    (a suite of two notebooks at once) only once the other core is full and half of its own is taken too."""
+    (by affinity, or by vLLM's binding as a suite of two notebooks at once is) only once the other core is full
+    and half of its own is taken too."""
     from labkit.measure import worker
 
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.setattr(worker.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1})
     assert worker.remeasure_above("cpu") == 1.0 and worker.remeasure_above("cuda") is None
@@ -194,6 +196,18 @@ def test_outside_load_counts_against_the_cores_the_arm_may_run_on(monkeypatch):
     assert asked == [0] and summary["remeasured"] == 0
     _, summary, asked, _ = _retry([1.7, 1.1], [], heavy_above=worker.remeasure_above("cpu"))  # it spills over
     assert asked == [0, 1] and summary["host_other_cores"] == 1.1
+    # the suite's notebooks at once are placed by vLLM's own binding, not the affinity: the same limit
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1})
+    for bind, limit in [("1", 1.5), ("0-1", 1.0), ("0|1", 1.0), ("auto", 1.0), ("nobind", 1.0), ("7", 1.0)]:
+        monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", bind)
+        assert worker.remeasure_above("cpu") == limit, bind
+
+
+def test_a_binding_names_its_cores():
+    from labkit.measure.placement import bound_cores
+
+    assert bound_cores("0-3,5|6-7") == {0, 1, 2, 3, 5, 6, 7} and bound_cores("2") == {2}
+    assert bound_cores(None) is bound_cores("") is bound_cores("auto") is bound_cores("nobind") is None
 
 
 def test_re_measurements_are_bounded_per_arm():
