@@ -77,17 +77,6 @@ def arm_load(results, arm: str) -> ArmLoad | None:
     return ArmLoad(arm, float(values.mean()), count, engine_cores(results, arm, count) if count else None)
 
 
-def load_gap(results, arm: str, load_a: str, load_b: str) -> float | None:
-    """How far apart, in cores, the outside loads of one arm's trials at two of its loads were (the busiest trial of
-    each: one stalled trial is enough to move a one-trial figure); None where a side recorded none."""
-    trials = results.trials
-    if "host_other_cores" not in trials:
-        return None
-    busiest = trials[trials.arm == arm].groupby("load").host_other_cores.max()
-    a, b = busiest.get(load_a), busiest.get(load_b)
-    return None if a is None or b is None or pd.isna(a) or pd.isna(b) else abs(float(a) - float(b))
-
-
 def caution(results, baseline_arm: str, arm: str) -> str | None:
     """Why the two arms' trials ran under different outside load, or on a busy host; None when they did not
     (or it was not recorded)."""

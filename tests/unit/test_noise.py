@@ -2,7 +2,6 @@
 and where it explains the change the verdict is 'too noisy to judge here'; a CPU trial under heavy outside load
 is measured again (the retry helper, with a fake trial)."""
 import asyncio
-import types
 from pathlib import Path
 
 import numpy as np
@@ -231,13 +230,3 @@ def test_the_record_table_and_the_explorer_table_carry_the_caution_only_where_th
     explored = values_table(noisy, "output_tok_s", "max_num_seqs=8")
     assert explored.verdict.tolist() == ["", stats.TOO_NOISY] and explored.caution.tolist()[0] == ""
     assert "caution" not in values_table(quiet, "output_tok_s", "a")
-
-
-def test_the_load_gap_between_two_loads_is_their_busiest_trials_and_none_where_unrecorded():
-    trials = pd.DataFrame({"arm": "default", "load": ["short", "short", "long"], "trial": [0, 1, 0],
-                           "host_other_cores": [0.1, 0.98, 0.03]})
-    results = types.SimpleNamespace(trials=trials)
-    assert noise.load_gap(results, "default", "short", "long") == pytest.approx(0.95)
-    assert noise.load_gap(results, "default", "short", "missing") is None
-    assert noise.load_gap(types.SimpleNamespace(trials=trials.assign(host_other_cores=np.nan)),
-                          "default", "short", "long") is None
