@@ -1,11 +1,12 @@
 """Time to a verdict: how long the lab makes its user wait, and where the time goes.
 
-    python benchmarks/time_to_verdict.py arms [--arms 2] [--compile] [--trials N|auto] [--out result.json]
+    python benchmarks/time_to_verdict.py arms [--arms 2] [--compile] [--trials N|auto] [--model tiny-llama]
+                                              [--out result.json]
     python benchmarks/time_to_verdict.py notebook NOTEBOOK [--profile cpu-smoke] [-p NAME VALUE] [--limit S]
                                                   [--workdir DIR] [--out result.json]
     python benchmarks/time_to_verdict.py saved RESULTS_DIR [--fixed 3] [--out result.json]
 
-`arms` runs a small experiment of the tiny synthetic model (eager unless --compile) in a fresh results folder
+`arms` runs a small experiment of a synthetic model (tiny-llama unless --model; eager unless --compile) in a fresh results folder
 and reports the wall time, each arm's lifecycle (worker imports, engine start, measuring, ending once the
 results were stored: `lifecycle_s` in the arm's facts), the trials it ran and the host load beside it.
 `notebook` runs one notebook through `labkit run` with a suite profile (papermill, a fresh kernel) and
@@ -42,7 +43,7 @@ def arms(args) -> dict:
     load_before = host_load()
     started = time.monotonic()
     exp = lk.Experiment("time-to-verdict", names, lk.Workload(16, lk.Fixed(32), lk.Fixed(16), lk.Burst()),
-                        model="tiny-llama", base=base, protocol=lk.Protocol(trials=trials, warmup_requests=2),
+                        model=args.model, base=base, protocol=lk.Protocol(trials=trials, warmup_requests=2),
                         results_dir=results_dir)
     results = exp.run(progress=False)
     wall = time.monotonic() - started
@@ -54,7 +55,7 @@ def arms(args) -> dict:
                         "lifecycle_s": json.loads(lifecycle) if isinstance(lifecycle, str) else lifecycle,
                         "trials": int(results.trials[results.trials.arm == row.arm].trial.nunique())
                         if not results.trials.empty else 0})
-    return {"what": "arms", "arms": len(names), "compile": args.compile, "trials": args.trials,
+    return {"what": "arms", "model": args.model, "arms": len(names), "compile": args.compile, "trials": args.trials,
             "wall_s": round(wall, 1), "per_arm": per_arm, "load_1min_before": load_before,
             "load_1min_after": host_load(), "cpu_count": os.cpu_count(), "results_dir": str(results_dir)}
 
@@ -132,6 +133,7 @@ def main() -> None:
     a.add_argument("--arms", type=int, default=2, choices=range(1, 5))
     a.add_argument("--compile", action="store_true", help="keep torch.compile on (the default engine)")
     a.add_argument("--trials", default="2", help="a number, or auto")
+    a.add_argument("--model", default="tiny-llama", help="a lab model name (llama3-8b: the GPU's default shape)")
     a.add_argument("--workdir", help="results folder (default: a new temporary one)")
     n = sub.add_parser("notebook")
     n.add_argument("notebook")
