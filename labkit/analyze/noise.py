@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import pandas as pd
+from labkit.analyze.arm_facts import arm_fact
 
 LOAD_GAP_CORES = 0.25  # the arms' mean outside loads further apart than this are named; below, the measure's own jitter
 # A host kept a quarter busy by others disturbs the engine even when both arms saw it (memory bandwidth, caches,
@@ -46,21 +46,13 @@ class ArmLoad:
         return max(0.0, min(self.engine_cores, self.cpu_count - self.other_cores))
 
 
-def _fact(results, arm: str, column: str, default: int = 1) -> int:
-    arms = getattr(results, "arms", None)
-    if arms is None or column not in arms:
-        return default
-    value = arms.loc[arms.arm == arm, column]
-    return int(value.iloc[0]) if len(value) and pd.notna(value.iloc[0]) else default
-
-
 def engine_cores(results, arm: str, cpu_count: int) -> float:
     """The cores the arm's engine keeps busy: all of them on a CPU; on a GPU one for the client loop and, per
     data-parallel engine, one for its scheduler and one per tensor-parallel worker when there are several."""
     platform = (results.environment.get(arm) or {}).get("platform")
     if platform == "cpu":
         return float(cpu_count)
-    tp, dp = _fact(results, arm, "tensor_parallel_size"), _fact(results, arm, "data_parallel_size")
+    tp, dp = (int(arm_fact(results, arm, name) or 1) for name in ("tensor_parallel_size", "data_parallel_size"))
     return float(min(cpu_count, 1 + dp * (1 + (tp if tp > 1 else 0))))
 
 

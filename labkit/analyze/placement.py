@@ -15,6 +15,8 @@ import json
 
 import pandas as pd
 
+from labkit.analyze.arm_facts import arm_fact
+
 CONTROL_SUFFIX = "-control"
 
 
@@ -22,19 +24,9 @@ def control_arm(reference: str) -> str:
     return reference + CONTROL_SUFFIX
 
 
-def _fact(results, arm: str, column: str):
-    arms = results.arms
-    if column not in arms:
-        return None
-    value = arms.loc[arms.arm == arm, column]
-    if not len(value) or (not isinstance(value.iloc[0], (list, str)) and pd.isna(value.iloc[0])):
-        return None
-    return value.iloc[0]
-
-
 def gpus_of(results, arm: str) -> tuple[str, ...] | None:
     """The UUIDs of the GPUs the arm ran on, as it recorded them (None: not recorded, or a CPU)."""
-    value = _fact(results, arm, "gpu_uuids")
+    value = arm_fact(results, arm, "gpu_uuids")
     if value is None:
         return None
     return tuple(json.loads(value) if isinstance(value, str) else value)
@@ -74,7 +66,7 @@ def _reference_for(results, baseline_arm: str, arm: str) -> str:
 def caution(results, baseline_arm: str, arm: str, m=None) -> str | None:
     """Why where the two arms ran may have moved the verdict; None when they ran alike (or one at a time)."""
     notes = []
-    nodes = _fact(results, baseline_arm, "node"), _fact(results, arm, "node")
+    nodes = arm_fact(results, baseline_arm, "node"), arm_fact(results, arm, "node")
     if None not in nodes and nodes[0] != nodes[1]:
         notes.append(f"measured on different machines ({nodes[0]} and {nodes[1]})")
     gpus = different_gpus(results, baseline_arm, arm)
@@ -83,10 +75,10 @@ def caution(results, baseline_arm: str, arm: str, m=None) -> str | None:
         found = spread(results, m, _reference_for(results, baseline_arm, arm)) if m is not None else None
         notes.append(note + (f": the same launch moved {found[0]:+.1%} between two GPUs (control)" if found else
                              ": the GPU-to-GPU spread was not measured (run with control=True)"))
-    at_once = [_fact(results, a, "arms_at_once") for a in (baseline_arm, arm)]
+    at_once = [arm_fact(results, a, "arms_at_once") for a in (baseline_arm, arm)]
     platform = (results.environment.get(arm) or {}).get("platform")
     if platform == "cpu" and any(n and int(n) > 1 for n in at_once):
-        places = [_fact(results, a, "placed_on") or "?" for a in (baseline_arm, arm)]
+        places = [arm_fact(results, a, "placed_on") or "?" for a in (baseline_arm, arm)]
         notes.append(f"measured {max(int(n or 1) for n in at_once)} arms at once on this host ({places[0]}; "
                      f"{places[1]}): they shared its memory bandwidth and caches")
     return "; ".join(notes) or None
