@@ -10,7 +10,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,6 +20,7 @@ import nbformat
 import pytest
 
 from labkit import settings
+from labkit.measure.served import free_port
 from labkit.present.lab import lab_command
 
 ROOT = settings.ROOT
@@ -56,12 +56,6 @@ def _user_settings(folder: Path) -> Path:
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab on a copy of the lab's root: the two notebooks set to smoke, one evidence notebook as committed."""
@@ -74,7 +68,7 @@ def lab(tmp_path_factory):
     kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('seen')")],
                                             metadata=kernel), root / "notebooks" / "fails.ipynb")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "LABKIT_RESULTS_DIR": str(tmp / "results"), "LABKIT_JOURNAL": str(tmp / "journal.jsonl")}
     log = open(tmp / "jupyterlab.log", "w")
     server = subprocess.Popen(lab_command(root, port=port, token=token, settings_dir=_user_settings(tmp / "settings"),

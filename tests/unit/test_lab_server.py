@@ -8,7 +8,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.measure.served import free_port
 from labkit.present.lab import lab_command
 
 pytestmark = pytest.mark.lab_server
@@ -56,12 +56,6 @@ def snapshot(root: Path) -> dict[str, bytes | str]:
         for name in files:
             seen[os.path.relpath(os.path.join(folder, name), root)] = Path(folder, name).read_bytes()
     return seen
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Lab:
@@ -107,7 +101,7 @@ def running_lab(tmp: Path):
     root = tmp / "lab"
     root.mkdir()
     build_root(root)
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "XDG_DATA_HOME": str(tmp / "xdg"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime")}
     log = open(tmp / "jupyterlab.log", "w")
     server = subprocess.Popen(lab_command(root, port=port, token=token, settings_dir=tmp / "settings",
