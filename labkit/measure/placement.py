@@ -12,9 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from labkit.errors import BadParameter
-
-BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's own: the cores a CPU engine's threads run on
-
+from labkit.spec.core_binding import BIND
 
 @dataclass(frozen=True)
 class Place:
@@ -33,18 +31,6 @@ class Place:
         if self.gpus:
             return f"GPU {','.join(self.gpus)}" + (f" (cores {self.cores})" if self.cores else "")
         return f"cores {self.cores}" if self.cores else "the whole machine"
-
-
-def bound_cores(bind: str | None) -> set[int] | None:
-    """The cores a VLLM_CPU_OMP_THREADS_BIND value names ("0-3,5|6-7": every rank's), or None where it names
-    none (unset, "auto", "nobind", "all")."""
-    if not bind or not bind[0].isdigit():
-        return None
-    cores = set()
-    for part in bind.replace("|", ",").split(","):
-        first, _, last = part.partition("-")
-        cores.update(range(int(first), int(last or first) + 1))
-    return cores
 
 
 def split_cores(usable: list[int], groups: int) -> list[str]:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.files import write_json_atomic, write_table
-from labkit.measure import placement
 from labkit.measure.environment import cache_variables, tuning_variables
 from labkit.redact import redacted_repr
+from labkit.spec import core_binding
 
 
 @dataclass
@@ -226,7 +226,7 @@ def remeasure_above(platform_kind: str) -> float | None:
     if platform_kind != "cpu":
         return None
     own = set(os.sched_getaffinity(0))
-    bound = placement.bound_cores(os.environ.get(placement.BIND))
+    bound = core_binding.bound_cores(os.environ.get(core_binding.BIND))
     if bound and own & bound:
         own &= bound
     return (os.cpu_count() - len(own)) + REMEASURE_SHARE * len(own)
