@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from labkit.errors import BadParameter
 from labkit.spec.core_binding import BIND
 
+
 @dataclass(frozen=True)
 class Place:
     """The GPUs (driver indices, as this process sees them) or the cores one arm has; empty: the whole machine."""
