@@ -69,8 +69,9 @@ class ArmLoad:
 
 
 def engine_cores(results, arm: str, cpu_count: int) -> float:
-    """The cores the arm's engine keeps busy: on a CPU all of them, or those vLLM bound it to; on a GPU one for the client loop and, per
-    data-parallel engine, one for its scheduler and one per tensor-parallel worker when there are several."""
+    """The cores the arm's engine keeps busy: on a CPU all of them, or those vLLM bound it to; on a GPU one for
+    the client loop and, per data-parallel engine, one for its scheduler and one per tensor-parallel worker when
+    there are several."""
     platform = (results.environment.get(arm) or {}).get("platform")
     if platform == "cpu":
         return float(bound_cores(results, arm) or cpu_count)
