@@ -8,11 +8,6 @@ Two arms measured under different outside load differ by the machine as well as 
 - it is *too noisy to judge here* when the load explains the change: the cores free to the engine differ between
   the arms' trials by at least as much as the metric moved, in the direction the load would move it.
 
-An engine vLLM bound to some of the host's cores (VLLM_CPU_OMP_THREADS_BIND: the suite's notebooks at once, arms
-at once) is disturbed only by the outside load those cores carry: what exceeds the host's other cores (work there
-does not take the engine's), the rule the lab re-measures CPU trials by (labkit.measure.worker.remeasure_above).
-A sibling notebook's engine filling the other core of two is then no load on this one.
-
 Cores free to the engine: of the cores it needs, those other processes left it, min(needed, cpu_count - other).
 On a CPU the engine's threads fill every core, so it needs them all and a throughput scales at most linearly
 with them (Amdahl: no better); that linear shift is the largest the load can explain, so a change smaller than
@@ -26,7 +21,6 @@ import math
 from dataclasses import dataclass
 
 from labkit.analyze.arm_facts import arm_fact
-from labkit.spec import core_binding
 
 LOAD_GAP_CORES = 0.25  # the arms' mean outside loads further apart than this are named; below, the measure's own jitter
 # A host kept a quarter busy by others disturbs the engine even when both arms saw it (memory bandwidth, caches,
@@ -43,22 +37,6 @@ class ArmLoad:
     other_cores: float
     cpu_count: int | None
     engine_cores: float | None
-    bound_cores: int | None = None  # the cores vLLM bound the engine to, where it was bound to some of them
-
-    @property
-    def on_engine(self) -> float:
-        """Cores other processes kept busy where the engine runs: the whole outside load, or for a bound engine what
-        exceeds the host's other cores."""
-        if self.bound_cores and self.cpu_count:
-            return max(0.0, self.other_cores - (self.cpu_count - self.bound_cores))
-        return self.other_cores
-
-    @property
-    def cores_of(self) -> str:
-        """The cores the outside load is counted against, in words (for a caution)."""
-        if self.bound_cores and self.cpu_count:
-            return f" of the {self.bound_cores} of {self.cpu_count} the engine was bound to"
-        return f" of {self.cpu_count}" if self.cpu_count else ""
 
     @property
     def free(self) -> float | None:
@@ -69,12 +47,11 @@ class ArmLoad:
 
 
 def engine_cores(results, arm: str, cpu_count: int) -> float:
-    """The cores the arm's engine keeps busy: on a CPU all of them, or those vLLM bound it to; on a GPU one for
-    the client loop and, per data-parallel engine, one for its scheduler and one per tensor-parallel worker when
-    there are several."""
+    """The cores the arm's engine keeps busy: all of them on a CPU; on a GPU one for the client loop and, per
+    data-parallel engine, one for its scheduler and one per tensor-parallel worker when there are several."""
     platform = (results.environment.get(arm) or {}).get("platform")
     if platform == "cpu":
-        return float(bound_cores(results, arm) or cpu_count)
+        return float(cpu_count)
     tp, dp = (int(arm_fact(results, arm, name) or 1) for name in ("tensor_parallel_size", "data_parallel_size"))
     return float(min(cpu_count, 1 + dp * (1 + (tp if tp > 1 else 0))))
 
@@ -89,19 +66,7 @@ def arm_load(results, arm: str) -> ArmLoad | None:
         return None
     count = (results.environment.get(arm) or {}).get("cpu_count")
     count = int(count) if count else None
-    return ArmLoad(arm, float(values.mean()), count, engine_cores(results, arm, count) if count else None,
-                   bound_cores(results, arm))
-
-
-def bound_cores(results, arm: str) -> int | None:
-    """How many cores vLLM bound the arm's CPU engine to, from its recorded VLLM_CPU_OMP_THREADS_BIND; None where
-    it was not bound to some of the host's cores (unset, auto, a GPU engine)."""
-    environment = results.environment.get(arm) or {}
-    if environment.get("platform") != "cpu":
-        return None
-    cores = core_binding.bound_cores((environment.get("tuning_variables") or {}).get(core_binding.BIND))
-    count = environment.get("cpu_count")
-    return len(cores) if cores and count and len(cores) < int(count) else None
+    return ArmLoad(arm, float(values.mean()), count, engine_cores(results, arm, count) if count else None)
 
 
 def caution(results, baseline_arm: str, arm: str) -> str | None:
@@ -111,11 +76,12 @@ def caution(results, baseline_arm: str, arm: str) -> str | None:
     if None in loads:
         return None
     base, cand = loads
-    busy = [x for x in loads if x.cpu_count and x.on_engine > LOAD_SHARE * (x.bound_cores or x.cpu_count)]
-    if abs(cand.on_engine - base.on_engine) < LOAD_GAP_CORES and not busy:
+    busy = [x for x in loads if x.cpu_count and x.other_cores > LOAD_SHARE * x.cpu_count]
+    if abs(cand.other_cores - base.other_cores) < LOAD_GAP_CORES and not busy:
         return None
-    note = (f"host load: other processes kept {base.on_engine:.2f} cores{base.cores_of} busy during {baseline_arm}'s "
-            f"trials against {cand.on_engine:.2f} during {arm}'s")
+    of = f" of {base.cpu_count}" if base.cpu_count else ""
+    note = (f"host load: other processes kept {base.other_cores:.2f} cores{of} busy during {baseline_arm}'s trials "
+            f"against {cand.other_cores:.2f} during {arm}'s")
     shift = free_shift(base, cand)
     if shift is not None and abs(shift) >= 0.005:
         note += f" ({abs(shift):.0%} {'fewer' if shift < 0 else 'more'} cores free to the engine)"
@@ -143,7 +109,7 @@ def explains(results, baseline_arm: str, arm: str, m, rel_change: float) -> str 
     different outside load (the caution's gap) and the free cores moved the metric at least as far, and the
     same way, as it moved."""
     base, cand = arm_load(results, baseline_arm), arm_load(results, arm)
-    if base is None or cand is None or abs(cand.on_engine - base.on_engine) < LOAD_GAP_CORES:
+    if base is None or cand is None or abs(cand.other_cores - base.other_cores) < LOAD_GAP_CORES:
         return None
     shift = free_shift(base, cand)
     if shift is None or not math.isfinite(rel_change):

@@ -12,7 +12,8 @@ import threading
 from dataclasses import dataclass
 
 from labkit.errors import BadParameter
-from labkit.spec.core_binding import BIND
+
+BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's own: the cores a CPU engine's threads run on
 
 
 @dataclass(frozen=True)
