@@ -27,6 +27,14 @@ def prefill_floors_ms(shape: ModelShape, peaks: Peaks, prompt_tokens) -> pd.Seri
     return pd.Series([1e3 * prefill_floor_s(shape, peaks, n) for n in prompt_tokens], dtype=float)
 
 
+def fastest_ms(results, arm: str, column: str) -> pd.Series:
+    """Each load's fastest request of one arm, by a per-request time (`ttft_ms`, `e2e_ms`): the request outside load
+    on a busy machine delayed least, so the order of two loads' fastest holds where a disturbed trial turns their
+    medians over."""
+    requests = results.requests
+    return requests[requests.arm == arm].groupby("load")[column].min()
+
+
 def cut_table(table: pd.DataFrame, current_prompt: int, cuts: list[int]) -> pd.DataFrame:
     """"Cut the prompt by N tokens" in milliseconds and requests per second, read off the measured prompt
     sweep (TTFT P50 and request/s against prompt_tokens, interpolated between measured lengths): one row

@@ -33,3 +33,14 @@ def test_the_prefill_floor_of_the_8b_shape_on_an_h200_grows_with_the_prompt():
     # 2 FLOPs per matmul parameter per token at 989 TFLOP/s: 7.8 ms for 512 tokens, 8x that for 4096
     assert floors.iloc[0] == pytest.approx(1e3 * 2 * shape.matmul_params * 512 / 989e12) == pytest.approx(7.77, abs=0.01)
     assert floors.iloc[1] == pytest.approx(8 * floors.iloc[0])
+
+
+def test_each_loads_fastest_request_is_of_the_arm_asked_for():
+    import types
+
+    # the clean clone's disturbed first load: its median far above the longer prompt's, its fastest still below
+    requests = pd.DataFrame({"arm": ["default"] * 6 + ["other"],
+                             "load": ["prompt=64"] * 3 + ["prompt=2048"] * 3 + ["prompt=64"],
+                             "ttft_ms": [83.2, 556.4, 509.1, 120.5, 170.5, 215.0, 1.0]})
+    fastest = request_shape.fastest_ms(types.SimpleNamespace(requests=requests), "default", "ttft_ms")
+    assert fastest.to_dict() == {"prompt=2048": 120.5, "prompt=64": 83.2}
