@@ -221,8 +221,9 @@ def remeasure_above(platform_kind: str) -> float | None:
     are full (work there does not take the engine's). A process bound to one of two cores (a test process of
     `make test`) re-measures past 1.5 busy cores. The suite binds its notebooks through vLLM's own
     VLLM_CPU_OMP_THREADS_BIND, not the affinity, and there the limit stays half the host: the sibling's other
-    processes are not bound, and trials beside a sibling at 0.97-1.01 busy cores were seen to run up to 50x
-    slower (a 12-request tiny-llama trial 3.7 s instead of ~0.2 s), so the other core is not taken as full."""
+    processes are not bound, and trials beside a sibling at 0.91-1.01 busy cores were seen to run slow (a
+    12-request tiny-llama trial 3.7 s where the same shape took 0.2 s in another run), so the other core is
+    not taken as full."""
     if platform_kind != "cpu":
         return None
     cores, own = os.cpu_count(), len(os.sched_getaffinity(0))

@@ -29,8 +29,9 @@ SMOKE: dict[str, dict] = {
                                            sessions=4, turns=3, message_tokens=32, answer_tokens=16,
                                            sessions_in_flight=2, kv_cache_mib=2, trials=1,
                                            experiment="prefix-cache-smoke"),
-    # prompts 32x apart: on two shared cores a tiny-llama load's first tokens come 10-500 ms late at random, and
-    # 64 against 512 tokens (a few ms of prefill apart) was seen in the wrong order even for the fastest request
+    # prompts 32x apart: on two shared cores a tiny-llama load's first tokens come tens to hundreds of ms late at
+    # random (556 ms seen), and 64 against 512 tokens (fastest first tokens 13.7 and 26.5 ms beside a busy loop)
+    # came in the wrong order once even for the fastest request
     "L1_business/request_shape.ipynb": dict(model="tiny-llama", prompt_lengths="64,2048", output_len=8,
                                             max_tokens="8,64", fixed_prompt=64, current_prompt=512, cuts="128,256",
                                             clients=4, requests=12, trials=1, experiment="request-shape-smoke"),
