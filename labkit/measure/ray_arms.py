@@ -78,9 +78,11 @@ def local_cluster(cpus: int, gpus: int = 0):
     global _joined
     from labkit.measure.served import free_port
 
-    ray_cli = str(Path(sys.executable).with_name("ray"))
+    # Ray's command line through this interpreter: a Ray installed with `pip --target` (the GPU machine's bundle)
+    # has no `ray` script beside the interpreter
+    ray_cli = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
     port, session = free_port(), Path(tempfile.mkdtemp(prefix="ray-lk-", dir="/tmp"))  # Ray's socket paths stay short
-    started = subprocess.run([ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+    started = subprocess.run([*ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                               f"--num-cpus={cpus}", f"--num-gpus={gpus}", "--include-dashboard=false",
                               "--disable-usage-stats", f"--temp-dir={session}"], capture_output=True, text=True,
                              timeout=120)
@@ -93,7 +95,7 @@ def local_cluster(cpus: int, gpus: int = 0):
         if "ray" in sys.modules and sys.modules["ray"].is_initialized():
             sys.modules["ray"].shutdown()
             _joined = None
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)
+        subprocess.run([*ray_cli, "stop", "--force"], capture_output=True, timeout=120)
         shutil.rmtree(session, ignore_errors=True)
 
 
