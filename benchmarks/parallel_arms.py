@@ -62,11 +62,18 @@ def measured(a) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = a.keep or tmp  # --keep: the three runs' stores stay there (evidence), else they go with the run
         report["sequential"] = run_once(exp_args, Path(tmp) / "sequential")
+        save(report, a.out)  # each run as it ends: a run cut off by a time limit keeps the ones before it
         if parallel > 1:
             report["at_once"] = run_once(exp_args, Path(tmp) / "at-once", parallel=parallel)
+            save(report, a.out)
         if not a.no_ray:
             report["ray"] = on_ray(exp_args, Path(tmp), parallel, cores, gpus)
     return report
+
+
+def save(report: dict, out: str | None) -> None:
+    if out:
+        Path(out).write_text(json.dumps(report, indent=1))
 
 
 def on_ray(exp_args: dict, tmp: Path, parallel: int, cores: int, gpus: int) -> dict:
@@ -109,8 +116,7 @@ def main() -> None:
     a = parser.parse_args()
     report = paper(a) if a.what == "paper" else measured(a)
     print(json.dumps(report, indent=1))
-    if a.out:
-        Path(a.out).write_text(json.dumps(report, indent=1))
+    save(report, a.out)
 
 
 if __name__ == "__main__":
