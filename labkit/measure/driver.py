@@ -269,6 +269,7 @@ async def run_trial(engine, workload: Workload, vocab, trial: int, protocol: Pro
         "total_tok_s": (output_tokens + prompt_tokens) / duration,
         "kv_usage_peak_pct": 100 * max(kv_samples, default=0.0),
         "host_other_cores": others.cores(),
+        "threads_waiting_for_cpu": others.threads_waiting(),
     }
     if watch is not None:  # the requests sent whether or not they came back, and whether the trial was ended early
         summary.update(requests_scheduled=workload.num_requests, saturated=watch.saturated_at_s is not None,

@@ -1,10 +1,20 @@
-"""How many cores the rest of the host kept busy while a trial ran. A launch-bound engine (eager mode, small
-batches) slows down when other jobs share the CPU, and that shows up between runs as a change no knob
-made; recording it per trial lets a comparison tell the two apart."""
+"""How many cores the rest of the host kept busy while a trial ran, and how long the lab's own threads waited for a
+CPU meanwhile. A launch-bound engine (eager mode, small batches) slows down when other jobs share the CPU, and
+that shows up between runs as a change no knob made; recording it per trial lets a comparison tell the two apart.
+
+The host's other load says how busy the machine was; the waiting says how much of that reached the lab's
+threads. On this 2-core machine one tiny-llama arm bound to core 0 ran 4 trials idle and 4 beside a busy loop
+on each core (benchmarks/outside_load.py, data/baselines/cpu-amd-epyc/outside-load/): 989-2,022 output tok/s
+idle, 426-1,061 beside either loop. The host's other load read 0.77-0.84 cores in every loaded trial (Spearman
+-0.52 against tok/s over the 12); the waiting read 0.18-0.27 threads idle and 0.31-0.53 loaded, and ranked the
+trials' speed almost exactly (Spearman -0.98). A loop on the *other* core slowed the bound engine as much as
+one on its own core: the whole host's load counts.
+"""
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 try:
     import psutil  # comes with vLLM; without it the measurement is simply missing
@@ -36,12 +46,33 @@ def _own_cpu_s() -> float:
     return total
 
 
+def _own_wait_s() -> float | None:
+    """Seconds the threads of this process and its descendants spent ready to run but waiting for a CPU since
+    they started (Linux's per-thread run delay, /proc/PID/task/TID/schedstat; None elsewhere). Threads that ended
+    take their waiting with them: a trial's engine threads live as long as the engine."""
+    me = psutil.Process()
+    total, read = 0, False
+    for proc in (me, *me.children(recursive=True)):
+        try:
+            tasks = list(Path(f"/proc/{proc.pid}/task").iterdir())
+        except OSError:  # exited in between, or no /proc
+            continue
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+                read = True
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9 if read else None
+
+
 class OtherLoad:
     """Cores kept busy by processes outside this one and its descendants, from creation to `cores()`."""
 
     def __init__(self):
         host = _host_busy_s() if psutil else None  # without psutil our own share cannot be taken out
         self._start = (time.monotonic(), host, _own_cpu_s() if host is not None else 0.0)
+        self._wait0 = _own_wait_s() if psutil else None
 
     def cores(self) -> float | None:
         """Mean number of cores other processes kept busy since creation; None where that cannot be measured."""
@@ -51,3 +82,10 @@ class OtherLoad:
             return None
         wall = time.monotonic() - wall0
         return max(0.0, (host - host0) - (_own_cpu_s() - own0)) / wall if wall > 0 else None
+
+    def threads_waiting(self) -> float | None:
+        """Mean number of this process's and its descendants' threads that were ready to run but waiting for a CPU
+        since creation (their own threads count: more runnable threads than cores wait too); None where unread."""
+        wait = _own_wait_s() if self._wait0 is not None else None
+        wall = time.monotonic() - self._start[0]
+        return max(0.0, wait - self._wait0) / wall if wait is not None and wall > 0 else None

@@ -43,3 +43,20 @@ def test_a_stranger_spinning_counts_and_our_own_work_does_not(tmp_path):
     stranger = OtherLoad()
     time.sleep(1.2)
     assert stranger.cores() > background + 0.4
+
+
+def test_our_threads_waiting_for_a_cpu_are_counted():
+    """Two of our own processes spinning on one core: one of them waits at any moment, ~1 thread on average."""
+    idle = OtherLoad()
+    time.sleep(0.5)
+    assert idle.threads_waiting() < 0.3  # this process asleep: nothing of ours was waiting
+
+    core = sorted(os.sched_getaffinity(0))[0]
+    pinned = f"import os\nos.sched_setaffinity(0, {{{core}}})\n" + SPIN.format(s=1.5)
+    crowded = OtherLoad()
+    children = [subprocess.Popen([sys.executable, "-c", pinned]) for _ in range(2)]
+    time.sleep(1.2)  # read while both spin (their interpreters start within the first ~0.1 s)
+    waiting = crowded.threads_waiting()
+    for child in children:
+        child.wait()
+    assert 0.4 < waiting < 1.5
