@@ -10,9 +10,9 @@ max_num_seqs, the same workload and a fixed protocol, three times in fresh resul
 reports each run's wall time, each arm's seconds and place, and the host load. On a CPU the arms at once share
 one machine's cores and memory bandwidth: every arm measures slower there, which the per-arm seconds show.
 On a GPU machine (`--model llama3-8b`, say) the arms share nothing but the host: `parallel` defaults to its GPUs
-(on one GPU the at-once run is the sequential one and is left out), the Ray head gets every GPU, and the workload
-is one a GPU measures (32 requests of 256 tokens in, 64 out, 16 clients; batches from 8): each arm's output tok/s, sequential
-against through Ray on the same GPU, says what the Ray path costs a measurement.
+(on one GPU the at-once run is the sequential one and is left out), the Ray head gets every GPU, and the
+workload is one a GPU measures (32 requests of 256 tokens in, 64 out, 16 clients; batches from 8): each arm's
+output tok/s, sequential against through Ray on the same GPU, says what the Ray path costs a measurement.
 `paper` reads a stored experiment (one arm at a time, e.g. committed GPU evidence) and reports the sum of its
 arms' seconds against the makespan of the same arms on `--gpus` GPUs of one host (labkit.analyze.placement.makespan:
 each arm on the first GPU to come free, as Experiment.run(parallel=) places them) — an estimate that assumes
