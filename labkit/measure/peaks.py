@@ -2,11 +2,15 @@
 copy for memory bandwidth, dense bf16 and, from compute capability 8.9, fp8 GEMMs for the FLOP rate) and
 `record_peaks` keeps them per device, so every later roofline of that hardware uses them; `detect_peaks`
 answers with the recorded ones, else a GPU's datasheet figures, else a quick NumPy measurement of the CPU
-(a large array copy and an fp32 matmul): honest, but below what vLLM's own kernels can reach."""
+(a large array copy and one thread's fp32 matmul times the cores): honest, but below what vLLM's own kernels
+can reach."""
 from __future__ import annotations
 
 import datetime
 import functools
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -20,10 +24,30 @@ from labkit.measure.platform import current_platform
 from labkit.spec.numbers import COUNT, COUNT_OR_ZERO, POSITIVE, check_numbers
 
 
+# One thread's fp32 GEMM rate, timed in a process of its own so that its BLAS runs one thread (the variables are
+# read when the library loads, and this process's copy is loaded already)
+_ONE_THREAD_GEMM = """
+import time
+import numpy as np
+a = np.ones(({n}, {n}), np.float32)
+a @ a
+best = float("inf")
+for _ in range({repeats}):
+    t = time.perf_counter()
+    a @ a
+    best = min(best, time.perf_counter() - t)
+print(2 * {n} ** 3 / best / 1e12)
+"""
+_ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
 
 @functools.lru_cache(maxsize=1)
 def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
-    """Best-of-N array copy (read + write bytes) and fp32 matmul on this CPU."""
+    """Best-of-N array copy (read + write bytes) and fp32 matmul on this CPU. The FLOP rate is one thread's
+    times the cores this process may use: a threaded matmul slows down by whatever else keeps any core busy
+    (0.036-0.127 TFLOP/s on this 2-core machine, idle to loaded), and a peak measured low puts the floors it gives
+    above what the engine does; one thread finds a free core wherever one is (0.10-0.12 TFLOP/s a thread, with
+    and without a busy loop beside it)."""
     check_numbers("measure_cpu_peaks", {"size_mib": (size_mib, COUNT), "repeats": (repeats, COUNT)})
     src = np.ones(size_mib * 2**20 // 8)
     dst = np.empty_like(src)
@@ -33,14 +57,11 @@ def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - t)
     bw = 2 * src.nbytes / best / 1e9
-    n = 1024
-    a = np.ones((n, n), np.float32)
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ a
-        best = min(best, time.perf_counter() - t)
-    return Peaks(cpu_model(), round(bw, 1), round(2 * n**3 / best / 1e12, 3), "measured with NumPy")
+    one_thread = subprocess.run([sys.executable, "-c", _ONE_THREAD_GEMM.format(n=1024, repeats=max(repeats, 5))],
+                                env={**os.environ, **_ONE_THREAD}, capture_output=True, text=True, timeout=120,
+                                check=True)
+    tflops = float(one_thread.stdout) * len(os.sched_getaffinity(0))
+    return Peaks(cpu_model(), round(bw, 1), round(tflops, 3), "measured with NumPy")
 
 
 def detect_peaks(mem_bw_gbs: float | None = None, tflops: float | None = None) -> Peaks:
