@@ -3,12 +3,8 @@ CPU meanwhile. A launch-bound engine (eager mode, small batches) slows down when
 that shows up between runs as a change no knob made; recording it per trial lets a comparison tell the two apart.
 
 The host's other load says how busy the machine was; the waiting says how much of that reached the lab's
-threads. On this 2-core machine one tiny-llama arm bound to core 0 ran 4 trials idle and 4 beside a busy loop
-on each core (benchmarks/outside_load.py, data/baselines/cpu-amd-epyc/outside-load/): 989-2,022 output tok/s
-idle, 426-1,061 beside either loop. The host's other load read 0.77-0.84 cores in every loaded trial (Spearman
--0.52 against tok/s over the 12); the waiting read 0.18-0.27 threads idle and 0.31-0.53 loaded, and ranked the
-trials' speed almost exactly (Spearman -0.98). A loop on the *other* core slowed the bound engine as much as
-one on its own core: the whole host's load counts.
+threads, and it ranked a bound engine's slowed trials where the host's load could not
+(data/baselines/cpu-amd-epyc/outside-load/).
 """
 from __future__ import annotations
 
@@ -33,11 +29,16 @@ def _host_busy_s() -> float | None:
     return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu_s() -> float:
-    """CPU seconds of this process and its descendants (the engine core, its workers), live or reaped."""
+def _family() -> tuple:
+    """This process and its descendants (the engine core, its workers)."""
     me = psutil.Process()
+    return (me, *me.children(recursive=True))
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and its descendants, live or reaped."""
     total = 0.0
-    for proc in (me, *me.children(recursive=True)):
+    for proc in _family():
         try:
             times = proc.cpu_times()
         except psutil.Error:  # exited in between
@@ -50,20 +51,14 @@ def _own_wait_s() -> float | None:
     """Seconds the threads of this process and its descendants spent ready to run but waiting for a CPU since
     they started (Linux's per-thread run delay, /proc/PID/task/TID/schedstat; None elsewhere). Threads that ended
     take their waiting with them: a trial's engine threads live as long as the engine."""
-    me = psutil.Process()
-    total, read = 0, False
-    for proc in (me, *me.children(recursive=True)):
-        try:
-            tasks = list(Path(f"/proc/{proc.pid}/task").iterdir())
-        except OSError:  # exited in between, or no /proc
-            continue
-        for task in tasks:
+    waits = []
+    for proc in _family():
+        for stat in Path(f"/proc/{proc.pid}/task").glob("*/schedstat"):
             try:
-                total += int((task / "schedstat").read_text().split()[1])
-                read = True
-            except (OSError, ValueError, IndexError):
+                waits.append(int(stat.read_text().split()[1]))
+            except (OSError, ValueError, IndexError):  # a thread that ended in between
                 continue
-    return total / 1e9 if read else None
+    return sum(waits) / 1e9 if waits else None
 
 
 class OtherLoad:
