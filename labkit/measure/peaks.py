@@ -45,9 +45,9 @@ _ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
 def measure_cpu_peaks(size_mib: int = 256, repeats: int = 3) -> Peaks:
     """Best-of-N array copy (read + write bytes) and fp32 matmul on this CPU. The FLOP rate is one thread's
     times the cores this process may use: a threaded matmul slows down by whatever else keeps any core busy
-    (0.036-0.127 TFLOP/s on this 2-core machine as other work came and went), and a peak measured low puts the floors it gives
-    above what the engine does; one thread finds a free core wherever one is (0.10-0.12 TFLOP/s a thread, with
-    and without a busy loop beside it)."""
+    (0.036-0.127 TFLOP/s on this 2-core machine as other work came and went), and a peak measured low puts the
+    floors it gives above what the engine does; one thread finds a free core wherever one is (0.10-0.12 TFLOP/s
+    a thread, with and without a busy loop beside it)."""
     check_numbers("measure_cpu_peaks", {"size_mib": (size_mib, COUNT), "repeats": (repeats, COUNT)})
     src = np.ones(size_mib * 2**20 // 8)
     dst = np.empty_like(src)
