@@ -12,6 +12,7 @@ from labkit.suite.parameters import SMOKE_OVERRIDES  # eager, and no worker proc
 pytestmark = pytest.mark.engine
 
 PROMPT_LEN, OUTPUT_LEN = 16, 16
+FLOOD_RATE, FLOOD_OUTPUT_LEN, FLOOD_SECONDS = 400, 64, 4
 CLOSED = dict(clients=(1, 4), prompt_len=PROMPT_LEN, output_len=OUTPUT_LEN, requests=8, per_client=2)
 
 
@@ -20,9 +21,10 @@ def searched(tmp_path_factory):
     loads = {
         "loose": lk.LoadSearch({"e2e_p99_ms": 1e6, "tbt_p99_ms": 1e5}, **CLOSED),
         "tight": lk.LoadSearch({"ttft_p99_ms": 1e-3}, **CLOSED),
-        # two sequences at a time serve tens of requests/s at most here: 100/s never drains
-        "flood": lk.LoadSearch({"e2e_p99_ms": 1e6}, rate=(100, 200), prompt_len=PROMPT_LEN, output_len=OUTPUT_LEN,
-                               requests=8, seconds=4),
+        # two sequences at a time, 64 tokens each, serve ~25 requests/s on a fast 2-core machine (16 tokens: ~100/s,
+        # which a fast CI machine met): 400/s never drains
+        "flood": lk.LoadSearch({"e2e_p99_ms": 1e6}, rate=(FLOOD_RATE, 2 * FLOOD_RATE), prompt_len=PROMPT_LEN,
+                               output_len=FLOOD_OUTPUT_LEN, requests=8, seconds=FLOOD_SECONDS),
     }
     exp = lk.Experiment("search", {"two": {"max_num_seqs": 2}}, loads, model="tiny-llama",
                         protocol=lk.Protocol(trials=2, warmup_requests=2), base=SMOKE_OVERRIDES,
@@ -43,15 +45,15 @@ def test_every_probe_is_stored_and_the_answers_say_why(searched):
     assert [p.level for p in tight.probes] == [1] and tight.answer is None and tight.binding_constraint == "ttft_p99_ms"
     assert "already broken at the smallest load" in tight.note
     # saturated at the smallest rate: ended early, counted as a violation
-    assert [p.level for p in flood.probes] == [100.0] and flood.probes[0].saturated and flood.answer is None
+    assert [p.level for p in flood.probes] == [FLOOD_RATE] and flood.probes[0].saturated and flood.answer is None
     assert flood.binding_constraint == ls.SATURATED
     # every probe's rows are stored under a load of its own, with the trials the protocol asked for
-    loads = {"loose.c1", "loose.c2", "loose.c4", "tight.c1", "flood.rate=100"}
+    loads = {"loose.c1", "loose.c2", "loose.c4", "tight.c1", f"flood.rate={FLOOD_RATE}"}
     assert set(results.loads) == loads and set(results.requests.load) == loads
     trials = results.trials.groupby("load").size()
-    assert all(trials[f"loose.c{c}"] == 2 for c in (1, 2, 4)) and trials["flood.rate=100"] == 1
-    flooded = results.trials.set_index("load").loc["flood.rate=100"]
-    assert flooded.saturated and flooded.requests < flooded.requests_scheduled == 400  # ended, not waited out
+    assert all(trials[f"loose.c{c}"] == 2 for c in (1, 2, 4)) and trials[f"flood.rate={FLOOD_RATE}"] == 1
+    flooded = results.trials.set_index("load").loc[f"flood.rate={FLOOD_RATE}"]
+    assert flooded.saturated and flooded.requests < flooded.requests_scheduled == FLOOD_RATE * FLOOD_SECONDS  # ended, not waited out
     stored = results.select("loose.c4").requests
     assert len(stored) == 2 * 8 and (stored.output_tokens == OUTPUT_LEN).all()
     # the probes' measurements are the lab's own intervals over the stored rows
