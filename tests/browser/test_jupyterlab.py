@@ -169,21 +169,35 @@ def run_all_from_the_menu(driver) -> None:
         menu.click()  # closes the menu again
         return None
 
-    def started():  # a prompt left "[ ]:" (never queued) on every cell means the click did not take
-        prompts = driver.execute_script(f"return [...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
-                                        ".map(x => x.textContent.trim())")
-        return any(p != "[ ]:" for p in prompts)
+    def started():  # a prompt left "[ ]:" (never queued) on every cell and an idle kernel: the click did not take
+        prompts, status = driver.execute_script(
+            f"return [[...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(x => x.textContent.trim()),"
+            f"{IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status')]")
+        return any(p != "[ ]:" for p in prompts) or status not in (None, "idle")
     for attempt in range(3):
+        # a click that took but was drawn late (a busy machine) must not be clicked again: a second Run All runs
+        # every cell again, and the second run finds its arms stored and prints none of the first run's lines
+        if attempt and started():
+            return
         try:
             wait_for(enabled_item, 30, "Run All Cells enabled in the Run menu", driver).click()
         except ElementClickInterceptedException:  # something drawn over the open menu: dismissed, asked again
             driver.switch_to.active_element.send_keys(Keys.ESCAPE)
             continue
         try:
-            return wait_for(started, 15, "the cells queued after Run All Cells", driver if attempt else None)
+            return wait_for(started, 45, "the cells queued after Run All Cells", driver if attempt else None)
         except AssertionError:
             if attempt:
                 raise
+
+
+def ran_once(driver) -> list:
+    """The execution counts of the notebook in view: 1, 2, ... when Run All ran every cell once on a fresh kernel."""
+    return driver.execute_script("""
+        const cells = window.jupyterapp.shell.currentWidget.content.model.cells, counts = [];
+        for (let i = 0; i < cells.length; i++)
+          if (cells.get(i).type === "code") counts.push(cells.get(i).executionCount);
+        return counts;""")
 
 
 def wait_until_every_cell_ran(driver, timeout_s: float) -> None:
@@ -255,6 +269,8 @@ def test_the_quickstart_runs_in_smoke_mode_from_the_run_menu_with_no_error(lab, 
     wait_until_every_cell_ran(browser, 600)
     shots(browser, "quickstart-done")
     assert errors_shown(browser) == []
+    counts = ran_once(browser)
+    assert counts == list(range(1, len(counts) + 1)), f"the cells did not run once each, in order: {counts}"
     text = outputs_shown(browser)
     assert "complete in" in text, text[-3000:]  # the plain per-arm line of a finished arm
     # what a reader sees: values with their intervals, changes in percent; no scientific notation, no cut cell
