@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.files import write_json_atomic
+from labkit.measure import rendezvous
 from labkit.measure.gpu import gpu_memory_in_use
 from labkit.measure.worker import HOLD, HOLD_LIMIT_S, IMPORTED, RELEASED, ArmJob, worker_main
 from labkit.spec.knobs import gpus_needed
@@ -111,10 +112,12 @@ class ArmWorker:
     def __init__(self, job: ArmJob, workdir: Path, release_within_s: float | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         self.job, self.workdir = job, workdir
+        self.rpc_folder = rendezvous.arm_folder()
         spawn = multiprocessing.get_context("spawn")
         self._plans, plans = spawn.Pipe()  # a plan's arms out, vLLM's resolution back (the engine args hold secrets:
         # they travel as the job does, never through a file)
-        self.proc = spawn.Process(target=worker_main, args=(job.__dict__, str(workdir), os.getpid(), release_within_s,
+        job_data = {**job.__dict__, "rpc_folder": self.rpc_folder}
+        self.proc = spawn.Process(target=worker_main, args=(job_data, str(workdir), os.getpid(), release_within_s,
                                                             plans), name=f"labkit-arm-{job.arm}")
         self.proc.start()
         plans.close()
@@ -159,6 +162,7 @@ class ArmWorker:
             _kill_group(self.proc.pid)
             self.proc.kill()  # one just spawned may not lead its own group yet
             self.proc.join(10)
+        rendezvous.remove(self.rpc_folder, "")
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -226,6 +230,7 @@ def run_arm(job: ArmJob, workdir: Path, timeout_s: float, on_progress=None, work
         # A worker killed from outside (the out-of-memory killer) leaves its engine's processes in its group,
         # holding memory and cores the next arm needs; after a clean exit the group is empty and this returns.
         _kill_group(proc.pid)
+        rendezvous.remove(worker.rpc_folder, read_log(workdir / "engine.log"))
         # The next arm must find the device as this one did: a GPU driver frees a killed process's memory
         # some time after it exits.
         freed_s, still_held = wait_for_gpu_memory(in_use, read=lambda: {

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labkit.files import write_json_atomic, write_table
+from labkit.measure import rendezvous
 from labkit.measure.environment import cache_variables, tuning_variables
 from labkit.redact import redacted_repr
 
@@ -38,6 +39,7 @@ class ArmJob:
     server_url: str | None = None  # a running server to measure as it is (nothing started or stopped)
     # where this arm runs beside others (labkit.measure.placement): its GPUs or cores, and how many arms at once
     placement: dict | None = None
+    rpc_folder: str | None = None  # VLLM_RPC_BASE_PATH for this arm's sockets (labkit.measure.rendezvous)
 
     __repr__ = redacted_repr  # the real values cross to the worker; a repr (a traceback, a log) shows none
 
@@ -49,8 +51,10 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
     released within `release_within_s` (one started for a plan that was never run) exits unused. `plans`, a
     connection, brings a plan's arms to resolve while the worker waits (answered by a fork of it)."""
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
-    if parent_pid is not None:
-        _end_with_parent(parent_pid)
+    if parent_pid is not None:  # the engine's rendezvous files go with it (labkit.measure.rendezvous)
+        engine_log = Path(workdir) / "engine.log"
+        _end_with_parent(parent_pid, lambda: rendezvous.remove(
+            job.get("rpc_folder"), engine_log.read_text(errors="replace") if engine_log.exists() else ""))
     # The arm's own variables go into this process only (the next arm's worker starts without them); then the
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
     own = dict(job.get("arm_variables") or {})
@@ -61,6 +65,10 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
         os.sched_setaffinity(0, [int(core) for core in placement["affinity"].split(",")])
     os.environ.update(own)
     job["user_variables"] = tuning_variables()
+    if job.get("rpc_folder") and rendezvous.VARIABLE not in os.environ:  # the user's own choice stands
+        os.environ[rendezvous.VARIABLE] = job["rpc_folder"]
+    else:
+        job["rpc_folder"] = None
     hide_ray(job["engine_args"])
     if job.get("compile_cache"):  # set after reading: the lab's, not the user's
         caches = cache_variables(job["compile_cache"])
@@ -195,13 +203,19 @@ def _wait_while_held(out: Path, limit_s: float = HOLD_LIMIT_S, poll_s: float = 0
     return time.perf_counter() - began
 
 
-def _end_with_parent(parent_pid: int) -> None:
+def _end_with_parent(parent_pid: int, before_end) -> None:
     """When the process that started this worker dies (killed, or its notebook kernel restarted), end this
     worker's whole process group, engine included: nothing else would, and it would hold memory and cores
-    (on a GPU, device memory) that the next run needs."""
+    (on a GPU, device memory) that the next run needs. `before_end()` runs first (the parent's own cleanup
+    will not)."""
     def watch():
         while os.getppid() == parent_pid:
             time.sleep(0.5)
+        try:
+            before_end()
+        except Exception:  # noqa: BLE001 - logged; the group must end regardless
+            traceback.print_exc()
+            sys.stderr.flush()
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, name="labkit-parent-watch", daemon=True).start()
@@ -463,7 +477,8 @@ async def _measure(job: ArmJob, out: Path) -> None:
         environment = fingerprint()
         environment["set_by_vllm"] = {k: v for k, v in environment["tuning_variables"].items()
                                       if k not in job.user_variables
-                                      and not (k == "VLLM_CACHE_ROOT" and job.compile_cache)}
+                                      and not (k == "VLLM_CACHE_ROOT" and job.compile_cache)
+                                      and not (k == rendezvous.VARIABLE and job.rpc_folder)}
         environment["tuning_variables"] = job.user_variables
         environment["arm_variables"] = sorted(job.arm_variables)  # which of them this arm's knob set
         write_json_atomic(out / "result.json", {"status": "complete", "facts": facts, "environment": environment})

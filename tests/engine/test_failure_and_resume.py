@@ -5,12 +5,14 @@ import signal
 import subprocess
 import sys
 import time
+import tempfile
 import textwrap
 
 import pytest
 
 import labkit as lk
 from labkit.analyze.stopping import REASONS, reference_values, stop_reason
+from labkit.measure import rendezvous
 from labkit.store import INTERRUPTED, ExperimentStore
 from labkit.suite.parameters import SMOKE_OVERRIDES
 
@@ -198,6 +200,10 @@ def test_ending_the_parent_leaves_no_engine_process(tmp_path, how):
         assert arms.loc["eager", "status"] == "failed" and arms.loc["eager", "cause"] == INTERRUPTED
         (kept,) = (tmp_path / "parent" / "failures").iterdir()
         assert (kept / "engine.log").stat().st_size > 0
+        # ... and the torch file store it logged went with it (vLLM's own shutdown never ran)
+        log = (kept / "engine.log").read_text(errors="replace").replace("<tmp>", tempfile.gettempdir())
+        stores = rendezvous.file_stores(log)
+        assert stores and not [store for store in stores if store.exists()], stores
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

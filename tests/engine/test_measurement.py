@@ -190,3 +190,19 @@ def test_an_arm_gets_its_secrets_and_its_store_holds_none(batch_experiment, batc
                           results_dir=batch_experiment.results_dir).run(progress=False, only=["seqs16"])
     assert again.complete_arms == ["seqs1", "seqs16"]
     assert json.loads((again.path / "arms" / "seqs16" / "arm.json").read_text())["recorded_utc"] == recorded
+
+
+def test_an_ended_engine_leaves_nothing_in_the_temporary_folder(batch_results):
+    """vLLM's own shutdown removes its file store and sockets; the lab ends engines without it, and removes them
+    itself: the file store each arm's engine logged is gone, and the lab's socket folder is not recorded as a
+    variable vLLM set."""
+    import tempfile
+
+    from labkit.measure import rendezvous
+    for arm in ("seqs1", "seqs16"):
+        log = (batch_results.path / "arms" / arm / "engine.log").read_text(errors="replace")
+        stores = rendezvous.file_stores(log.replace("<tmp>", tempfile.gettempdir()))  # the store writes paths portably
+        assert stores, f"{arm}'s engine logged no file store: vLLM's rendezvous changed, and this check with it"
+        assert not [store for store in stores if store.exists()]
+        environment = batch_results.environment[arm]
+        assert rendezvous.VARIABLE not in {**environment["set_by_vllm"], **environment["tuning_variables"]}
