@@ -34,6 +34,12 @@ from labkit.redact import REDACTED, redact, redact_text, secret_values
 
 NOTEBOOKS = settings.NOTEBOOKS
 READERS = ("explore.ipynb",)  # notebooks that read the stores the others write, and measure nothing
+# Notebooks whose checks order one arm's loads by their timings (more prompt tokens, a later first token): with
+# notebooks at once, the cores other processes kept busy (the sibling notebook's among them) slowed whole short
+# trials and turned the order over. Three clean clones failed request_shape so; in the third, the 8-token load's
+# fastest request took 884 ms against 100 ms at 64 tokens, its trial beside 0.99 busy cores (the re-measure limit
+# is 1.0) with 0.99 of the lab's threads waiting for a CPU, against 0.01 and 0.35. They run with nothing beside them.
+ALONE = ("request_shape.ipynb",)
 CLUSTER_RECORD = "cluster.json"  # a run made over a Ray cluster (labkit.suite.on_ray): one suite run per hardware
 
 def utc_stamp() -> str:
@@ -262,7 +268,8 @@ def _run_at_once(work: list, run: Path, secrets: list[str], suite_settings, core
     try:
         while pending or running:
             unfinished = {item[0] for item in pending} | {entry[1] for entry in running.values()}
-            while free and (ready := next((item for item in pending if may_start(item[0], order, unfinished)), None)):
+            while free and (ready := next((item for item in pending if may_start(
+                    item[0], order, unfinished, {entry[1] for entry in running.values()})), None)):
                 pending.remove(ready)
                 (nb, parameters, knobs), bind = ready, free.pop(0)
                 proc = spawn.Process(target=run_notebook, name=f"labkit-suite-{_slug(nb)}",
@@ -284,9 +291,12 @@ def _run_at_once(work: list, run: Path, secrets: list[str], suite_settings, core
             proc.join(30)
 
 
-def may_start(nb: Path, order: list[Path], unfinished: set[Path]) -> bool:
-    """Whether a notebook may start beside others: a reader of the others' stores (explore) waits for every
-    notebook before it in the run's order, so it sees what it would have seen one at a time."""
+def may_start(nb: Path, order: list[Path], unfinished: set[Path], running: set[Path] = frozenset()) -> bool:
+    """Whether a notebook may start beside the `running` ones: a reader of the others' stores (explore) waits for
+    every notebook before it in the run's order, so it sees what it would have seen one at a time; a notebook
+    that runs ALONE starts when nothing runs, and nothing starts beside it."""
+    if any(other.name in ALONE for other in running) or nb.name in ALONE and running:
+        return False
     return nb.name not in READERS or not unfinished & set(order[:order.index(nb)])
 
 

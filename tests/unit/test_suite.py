@@ -141,6 +141,17 @@ def test_the_explorer_waits_for_the_notebooks_before_it_when_notebooks_run_at_on
     assert suite.may_start(explore, order, {explore, cache})  # those after it do not hold it back
 
 
+def test_a_notebook_that_runs_alone_waits_for_the_others_and_nothing_starts_beside_it():
+    quickstart, shape, cache = suite.discover(["00_quickstart", "L1_business/request_shape",
+                                               "L1_business/prefix_cache"])
+    order = [quickstart, shape, cache]
+    assert shape.name in suite.ALONE
+    assert not suite.may_start(shape, order, {quickstart, shape, cache}, running={quickstart})
+    assert suite.may_start(shape, order, {shape, cache}, running=set())
+    assert not suite.may_start(cache, order, {shape, cache}, running={shape})  # nothing beside it
+    assert suite.may_start(cache, order, {quickstart, cache}, running={quickstart})  # the others still pair up
+
+
 def test_a_stuck_cell_fails_its_attempt_at_the_profiles_limit_and_the_notebook_runs_once_more(tmp_path, monkeypatch):
     """A real kernel: the first attempt's cell outlasts the limit (as a cell whose reply never comes), the
     second finishes; the status says it was retried and why."""
