@@ -139,9 +139,11 @@ def open_notebook(driver, lab, path: str) -> None:
         "const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
         "return w && w.context && w.context.path === arguments[0] && w.node.querySelectorAll('.jp-CodeCell').length",
         path), 90, f"{path} shown", driver)
-    wait_for(lambda: driver.execute_script(  # the kernel started and idle: the toolbar's status says so
-        f"const s = {IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator');"
-        "return s && s.getAttribute('data-status') === 'idle'"), 90, f"{path}'s kernel idle", driver)
+    wait_for(lambda: driver.execute_script(  # the kernel started and idle: the toolbar's status says so, and the
+        f"const s = {IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator');"  # session holds it
+        "const kernel = window.jupyterapp.shell.currentWidget.sessionContext?.session?.kernel;"
+        "return s && s.getAttribute('data-status') === 'idle' && !!kernel && kernel.status === 'idle'"),
+        90, f"{path}'s kernel idle", driver)
     dialogs = [d.text for d in driver.find_elements("css selector", ".jp-Dialog")]
     assert not dialogs, f"a dialog opened with {path}: {dialogs}"
 
@@ -169,11 +171,20 @@ def run_all_from_the_menu(driver) -> None:
         menu.click()  # closes the menu again
         return None
 
-    def started():  # a prompt left "[ ]:" (never queued) on every cell and an idle kernel: the click did not take
+    def accept_kernel_choice() -> None:
+        # Run All on a notebook whose session has no kernel at that moment asks which kernel to start (seen once
+        # on a busy machine, moments after the toolbar had shown its kernel idle): a user takes the one offered,
+        # the notebook's own
+        for dialog in driver.find_elements("css selector", ".jp-Dialog"):
+            if "select kernel" in dialog.text.lower():
+                dialog.find_element("css selector", ".jp-mod-accept").click()
+
+    def started():  # a prompt left "[ ]:" (never queued) on every cell and a kernel not busy: the click did not take
+        accept_kernel_choice()
         prompts, status = driver.execute_script(
             f"return [[...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(x => x.textContent.trim()),"
             f"{IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator')?.getAttribute('data-status')]")
-        return any(p != "[ ]:" for p in prompts) or status not in (None, "idle")
+        return any(p != "[ ]:" for p in prompts) or status == "busy"
     for attempt in range(3):
         # a click that took but was drawn late (a busy machine) must not be clicked again: a second Run All runs
         # every cell again, and the second run finds its arms stored and prints none of the first run's lines
@@ -185,10 +196,23 @@ def run_all_from_the_menu(driver) -> None:
             driver.switch_to.active_element.send_keys(Keys.ESCAPE)
             continue
         try:
-            return wait_for(started, 45, "the cells queued after Run All Cells", driver if attempt else None)
+            wait_for(started, 45, "the cells queued after Run All Cells", driver if attempt else None)
         except AssertionError:
             if attempt:
                 raise
+            continue
+        return
+
+
+def run_the_rest(driver) -> None:
+    """Run the cells from the first one not yet run, once each, as "Run Selected Cell and All Below" runs them."""
+    driver.execute_script("""
+        const w = window.jupyterapp.shell.currentWidget, cells = w.content.model.cells;
+        for (let i = 0; i < cells.length; i++)
+          if (cells.get(i).type === "code" && cells.get(i).executionCount === null) {
+            w.content.activeCellIndex = i;
+            return window.jupyterapp.commands.execute("notebook:run-all-below");
+          }""")
 
 
 def ran_once(driver) -> list:
@@ -207,8 +231,20 @@ def wait_until_every_cell_ran(driver, timeout_s: float) -> None:
         f"const p = [...{IN_VIEW}.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];"
         f"const s = {IN_VIEW}.querySelector('.jp-Notebook-ExecutionIndicator');"
         "return [s && s.getAttribute('data-status'), p.map(x => x.textContent.trim())]")
-    done = lambda status, prompts: status == "idle" and prompts and (
-        all(re.fullmatch(r"\[\d+\]:", p) for p in prompts) or errors_shown(driver))
+    nudged = []
+
+    def done(status, prompts) -> bool:
+        if status != "idle" or not prompts:
+            return False
+        ran = [bool(re.fullmatch(r"\[\d+\]:", p)) for p in prompts]
+        if all(ran) or errors_shown(driver):
+            return True
+        # Run All on a session whose kernel it had to start first (or choose: accept_kernel_choice) ran the first
+        # cell only, with nothing queued after it and no error; a user runs the rest, once
+        if any(ran) and "[*]:" not in prompts and not nudged:
+            run_the_rest(driver)
+            nudged.append(True)
+        return False
     try:
         wait_for(lambda: done(*state()), timeout_s, "every cell executed", driver)
     except AssertionError:
