@@ -66,6 +66,7 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
     os.environ.update(own)
     job["user_variables"] = tuning_variables()
     if job.get("rpc_folder") and rendezvous.VARIABLE not in os.environ:  # the user's own choice stands
+        rendezvous.make(job["rpc_folder"])
         os.environ[rendezvous.VARIABLE] = job["rpc_folder"]
     else:
         job["rpc_folder"] = None
@@ -90,6 +91,7 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
         handed_over = _wait_for_release(out, release_within_s, plans=plans, launched_with=launched_with)
         if handed_over is None:
             print(f"labkit: not released within {release_within_s:.0f} s; this worker exits unused", flush=True)
+            rendezvous.remove(job.get("rpc_folder"), "")
             os._exit(0)
         job.update(handed_over)
         asyncio.run(_measure(ArmJob(**job), out))

@@ -8,6 +8,9 @@ from labkit.measure import rendezvous
 def test_an_arm_folder_fits_vllm_socket_paths_and_is_removed_with_its_sockets():
     folder = rendezvous.arm_folder()
     assert folder and len(folder) + 37 <= 107 and Path(folder).parent == Path(tempfile.gettempdir())
+    assert not Path(folder).exists() and folder != rendezvous.arm_folder()  # its worker makes it
+    rendezvous.make(folder)
+    assert Path(folder).stat().st_mode & 0o777 == 0o700
     (Path(folder) / "0f0e6c1a-5b0e-4a43-9a58-1d2c3b4a5e6f").touch()  # a socket's name, as vLLM makes them
     rendezvous.remove(folder, "")
     assert not Path(folder).exists()
