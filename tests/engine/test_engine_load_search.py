@@ -53,7 +53,8 @@ def test_every_probe_is_stored_and_the_answers_say_why(searched):
     trials = results.trials.groupby("load").size()
     assert all(trials[f"loose.c{c}"] == 2 for c in (1, 2, 4)) and trials[f"flood.rate={FLOOD_RATE}"] == 1
     flooded = results.trials.set_index("load").loc[f"flood.rate={FLOOD_RATE}"]
-    assert flooded.saturated and flooded.requests < flooded.requests_scheduled == FLOOD_RATE * FLOOD_SECONDS  # ended, not waited out
+    # ended, not waited out
+    assert flooded.saturated and flooded.requests < flooded.requests_scheduled == FLOOD_RATE * FLOOD_SECONDS
     stored = results.select("loose.c4").requests
     assert len(stored) == 2 * 8 and (stored.output_tokens == OUTPUT_LEN).all()
     # the probes' measurements are the lab's own intervals over the stored rows
