@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+from labkit.measure import rendezvous
 from labkit.spec.launch import serve_argv
 
 START_LIMIT_S = 900.0  # a server not healthy by then is ended and recorded as failed (its log kept)
@@ -128,6 +130,7 @@ class ServedEngine:
     model: str = ""
     sampling: dict = field(default_factory=dict)  # the request fields every request sends (the protocol's)
     _session: object = None
+    rpc_folder: str | None = None  # its own socket folder, started outside an arm's worker (labkit.measure.rendezvous)
 
     @property
     def url(self) -> str:
@@ -161,7 +164,13 @@ class ServedEngine:
         port = free_port()
         argv = [*server_command(model, engine_args), "--host", "127.0.0.1", "--port", str(port)]
         print(f"labkit: starting {' '.join(argv[1:])}", flush=True)
-        engine = cls(subprocess.Popen(argv, stdin=subprocess.DEVNULL), port)
+        # an arm's worker has set the socket folder of its arm; a server started elsewhere (a script, a test) gets
+        # one of its own, removed when it ends
+        folder = None if rendezvous.VARIABLE in os.environ else rendezvous.arm_folder()
+        if folder:
+            rendezvous.make(folder)
+        env = {**os.environ, rendezvous.VARIABLE: folder} if folder else None
+        engine = cls(subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env), port, rpc_folder=folder)
         try:
             engine._wait_healthy(limit_s)
             engine.model = engine._served_model()
@@ -252,4 +261,5 @@ class ServedEngine:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(children, timeout=STOP_GRACE_S)
+        rendezvous.remove(self.rpc_folder, "")
 

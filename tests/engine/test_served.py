@@ -1,5 +1,6 @@
 """A served arm on the real vLLM CPU engine: `vllm serve` started for the arm on a free port of 127.0.0.1, the
 workload driven over HTTP, the engine's counters read from /metrics, and nothing left running afterwards."""
+import os
 import socket
 
 import psutil
@@ -61,6 +62,7 @@ def running_server():
     server = ServedEngine.start(args["model"], args)
     yield server
     server.shutdown()
+    assert not os.path.exists(server.rpc_folder)  # its sockets went with it, not left in the temporary folder
 
 
 def test_a_running_server_is_measured_as_it_is_and_left_running(running_server, tmp_path):
@@ -76,6 +78,7 @@ def test_a_running_server_is_measured_as_it_is_and_left_running(running_server, 
     assert (results.requests.output_tokens == OUTPUT_LEN).all() and len(results.requests) == REQUESTS
     with urllib.request.urlopen(f"{running_server.url}/health", timeout=5) as answer:
         assert answer.status == 200  # still serving: the lab started nothing and stopped nothing
+    assert any(os.scandir(running_server.rpc_folder))  # started outside a worker: its sockets in a folder of its own
 
 
 def test_a_url_where_no_server_answers_is_refused_before_any_worker_starts(tmp_path):
