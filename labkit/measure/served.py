@@ -166,10 +166,10 @@ class ServedEngine:
         print(f"labkit: starting {' '.join(argv[1:])}", flush=True)
         # an arm's worker has set the socket folder of its arm; a server started elsewhere (a script, a test) gets
         # one of its own, removed when it ends
-        folder = None if rendezvous.VARIABLE in os.environ else rendezvous.arm_folder()
+        folder, env = None if rendezvous.VARIABLE in os.environ else rendezvous.arm_folder(), None
         if folder:
             rendezvous.make(folder)
-        env = {**os.environ, rendezvous.VARIABLE: folder} if folder else None
+            env = {**os.environ, rendezvous.VARIABLE: folder}
         engine = cls(subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env), port, rpc_folder=folder)
         try:
             engine._wait_healthy(limit_s)
