@@ -26,6 +26,7 @@ from labkit.measure.environment import check_multicast_off
 from labkit.measure.numerics import stored_numerics
 from labkit.measure.peaks import detect_peaks
 from labkit.measure.platform import Platform, current_platform
+from labkit.measure.serve_parse import parse_serve
 from labkit.redact import redact_text, redacted_repr, secret_name
 from labkit.shown import Facts, number
 from labkit.spec.capabilities import has_fp8_tensor_cores
@@ -33,7 +34,7 @@ from labkit.spec.knobs import serve_args
 from labkit.spec.launch import launch_command
 from labkit.spec.numbers import NON_NEGATIVE, check_numbers
 from labkit.spec.protocol import Protocol
-from labkit.spec.serve_command import Launch, parse_serve
+from labkit.spec.serve_command import Launch
 from labkit.spec.workload import Concurrency, Fixed, FromLog, Poisson, Workload
 from labkit.store import Results
 

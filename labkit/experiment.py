@@ -28,14 +28,14 @@ from labkit.measure.platform import Platform, current_platform
 from labkit import at_once
 from labkit.analyze.placement import control_arm
 from labkit.measure.placement import placement_record
+from labkit.measure.resolve import implied_defaults
 from labkit.measure.supervisor import ArmJob, ArmWorker, run_arm
 from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.conversation import Conversation
 from labkit.spec.load_search import LoadSearch
 from labkit.spec.knobs import ArmPlan, check_knobs, knob_problems, normalized_knobs, plan_arm
 from labkit.spec.lists import as_list
-from labkit.spec.launch import (DEFAULT_CONTEXT, IMPLIED, check_context, implied_defaults, launch_command,
-                                sizes_text)
+from labkit.spec.launch import DEFAULT_CONTEXT, IMPLIED, check_context, launch_command, sizes_text
 from labkit.spec.models import SHAPES, ModelRef, check_model, resolve_model
 from labkit.spec.numbers import POSITIVE, check_numbers, raise_problems
 from labkit.spec.protocol import Protocol

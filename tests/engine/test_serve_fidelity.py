@@ -21,7 +21,7 @@ import dataclasses, json, shlex, sys
 from vllm.entrypoints.cli.serve import ServeSubcommand
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.usage.usage_lib import UsageContext
-from labkit.spec.launch import engine_launch
+from labkit.measure.resolve import engine_launch
 
 def resolved(args, usage):
     c = args.create_engine_config(usage)

@@ -192,7 +192,7 @@ def test_tensor_times_data_parallel_gpus_are_counted_together(monkeypatch):
 
 
 def test_tensor_parallel_on_cpu_needs_a_numa_node_or_a_core_group_per_rank(monkeypatch):
-    from labkit.measure.platform import cpu_ranks_problem
+    from labkit.spec.platform import cpu_ranks_problem
     assert cpu_ranks_problem(2, bind="auto", nodes=2) is None
     assert "'0|1'" in cpu_ranks_problem(2, bind="auto", nodes=1)
     assert cpu_ranks_problem(2, bind="0|1") is None and cpu_ranks_problem(2, bind="nobind") is None

@@ -208,7 +208,7 @@ def test_api_server_count_is_an_option_of_vllm_serve_only(tmp_path, monkeypatch)
 
 def test_the_engine_of_a_served_arm_is_built_without_the_servers_options():
     pytest.importorskip("vllm")
-    from labkit.spec.launch import engine_launch
+    from labkit.measure.resolve import engine_launch
 
     args, _ = engine_launch({"model": "m", "max_num_seqs": 4, "api_server_count": 2}, "serve")
     assert args.max_num_seqs == 4 and not hasattr(args, "api_server_count")

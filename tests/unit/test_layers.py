@@ -1,5 +1,6 @@
 """The house rules: analysis and presentation are pure functions of stored results (they never import the
-measuring side or start engines), and nothing the notebooks import up front loads torch or vLLM."""
+measuring side or start engines), spec/ is plain data (it never reaches the measuring side, vLLM, or a process
+of its own), and nothing the notebooks import up front loads torch or vLLM."""
 import ast
 import os
 import subprocess
@@ -11,6 +12,8 @@ import labkit
 PACKAGE = Path(labkit.__file__).parent
 PURE = ("analyze", "present")
 FORBIDDEN = ("labkit.measure", "labkit.experiment", "labkit.sweeps", "vllm", "torch", "multiprocessing")
+# what to measure is data: asking vLLM (a parse, a resolution) happens in measure/, in a process of its own
+FORBIDDEN_IN_SPEC = FORBIDDEN + ("subprocess",)
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -23,18 +26,25 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def rule_breaks(paths) -> list[str]:
+def rule_breaks(paths, forbidden=FORBIDDEN) -> list[str]:
     return sorted(f"{path.relative_to(PACKAGE)} imports {name}" for path in paths for name in imported_modules(path)
-                  if name.startswith(FORBIDDEN))
+                  if name.startswith(forbidden))
 
 
 def test_analysis_and_presentation_never_reach_the_measuring_side():
     assert rule_breaks(p for layer in PURE for p in (PACKAGE / layer).glob("*.py")) == []
 
 
+def test_spec_is_plain_data():
+    # the one exception: a packaged model's folder is made on first use from its GGUF file, which transformers
+    # reads into torch tensors written as bf16 (no engine, no vLLM)
+    assert rule_breaks((PACKAGE / "spec").glob("*.py"), FORBIDDEN_IN_SPEC) == ["spec/packaged_models.py imports torch"]
+
+
 def test_the_rule_check_sees_a_break():
     """The same check names a measuring module's own imports (so a pass above means something)."""
     assert any("labkit.measure.gpu" in line for line in rule_breaks([PACKAGE / "measure" / "platform.py"]))
+    assert any("subprocess" in line for line in rule_breaks([PACKAGE / "measure" / "resolve.py"], FORBIDDEN_IN_SPEC))
 
 
 CODE = """

@@ -19,7 +19,7 @@ from labkit.measure import peaks
 from labkit.present import explore, plots
 from labkit.errors import LabkitError
 from labkit.measure.platform import Platform
-from labkit.spec import launch, serve_command
+from labkit.measure import resolve, serve_parse
 from labkit.spec.knobs import KNOBS, check_knobs, pool_arms
 from labkit.spec.numbers import check_number, check_numbers, number_problem
 from labkit.suite import baseline
@@ -197,9 +197,9 @@ FUNCTIONS = {
                        "rate", "nonneg", 2.0),
     "diagnosis clients": (lambda v: diagnose.user_workload(8, 16, 4, v),
                           "clients", "count", 4),
-    "implied defaults time limit": (lambda v: launch.implied_defaults("offline", {}, timeout_s=v), "timeout_s",
+    "implied defaults time limit": (lambda v: resolve.implied_defaults("offline", {}, timeout_s=v), "timeout_s",
                                     "positive", None),  # a valid one starts vLLM's configuration in a process
-    "serve parse time limit": (lambda v: serve_command.parse_serve("vllm serve tiny-llama", {}, timeout_s=v),
+    "serve parse time limit": (lambda v: serve_parse.parse_serve("vllm serve tiny-llama", {}, timeout_s=v),
                                "timeout_s", "positive", None),
     "fitted quantile": (lambda v: memory.fitted_max_model_len([10, 20], [5, 5], quantile=v), "quantile",
                         "fraction", 0.5),
