@@ -19,7 +19,8 @@ def _pip_list(env: dict) -> list[str]:
 def test_environment_yml_matches_pyproject():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    expected = project["dependencies"] + project["optional-dependencies"]["cpu"] + ["-e ."]
+    extras = project["optional-dependencies"]
+    expected = project["dependencies"] + extras["test"] + extras["cpu"] + extras["real"] + extras["ray"] + ["-e ."]
     assert _pip_list(env) == expected
 
 
