@@ -60,7 +60,10 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Template:
+class LaunchTemplate:
+    """A starting launch for a class of hardware, each setting with its reason (a prompt's layout is
+    labkit.Template, another thing)."""
+
     name: str
     fits: str  # the hardware class, in words
     settings: tuple[Setting, ...]
@@ -124,7 +127,7 @@ TEMPLATES: dict[str, tuple[str, Callable[[Hardware], bool], Callable[[Hardware, 
 }
 
 
-def named(name: str, hw: Hardware, weights_gib: float) -> Template:
+def named(name: str, hw: Hardware, weights_gib: float) -> LaunchTemplate:
     """The template `name` for this hardware; a template the hardware does not fit is a clear error."""
     if name not in TEMPLATES:
         raise BadParameter(f"unknown template {name!r}; templates are {sorted(TEMPLATES)} (or 'auto')")
@@ -132,10 +135,10 @@ def named(name: str, hw: Hardware, weights_gib: float) -> Template:
     if not check(hw):
         raise BadParameter(f"template {name!r} is for {fits}; this machine is {hw.describe()}: use template='auto' "
                            f"or one of {[n for n, (_, ok, _) in TEMPLATES.items() if ok(hw)] or 'none'}")
-    return Template(name, fits, build(hw, weights_gib))
+    return LaunchTemplate(name, fits, build(hw, weights_gib))
 
 
-def choose(hw: Hardware, weights_gib: float) -> Template:
+def choose(hw: Hardware, weights_gib: float) -> LaunchTemplate:
     """The first template this hardware fits (most specific first); none fits -> a clear error."""
     for name, (_, check, _) in TEMPLATES.items():
         if check(hw):
