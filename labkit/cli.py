@@ -266,6 +266,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _env(args) -> None:
+    from labkit.measure.environment import fingerprint
+    _print(json.dumps(fingerprint(), indent=2))
+
+
+def _suite(args) -> int:
+    if args.cluster:
+        return _suite_on_cluster(args)
+    from labkit.suite import journal, notebooks as suite_mod
+    from labkit.suite.runs import suite_meta
+    overrides = suite_mod.parse_overrides(args.override)
+    run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides, jobs=args.jobs)
+    journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
+    _print(f"suite run: {run}")
+    return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))
+
+
+def _baseline(args) -> None:
+    from labkit.suite.baseline import pin as pin_run
+    _print(f"{'added as a replicate' if args.replicate else 'pinned'}: {pin_run(args.run, replicate=args.replicate)}")
+
+
+def _compare(args) -> int:
+    from labkit.suite.notebooks import statuses
+    return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
+
+
+def _lab(args) -> None:
+    from labkit import settings
+    from labkit.present.lab import lab_command
+    argv_lab = lab_command(settings.ROOT, port=args.port, root_user=os.geteuid() == 0)
+    print("JupyterLab on the lab's root, opened on notebooks/: open the http://127.0.0.1:...token=... "  # fixed text
+          "address it prints below; committed evidence (data/baselines/) opens read-only", flush=True)
+    os.execv(argv_lab[0], argv_lab)
+
+
+def _journal(args) -> int | None:
+    from labkit.suite.journal import read
+    import pandas as pd
+    entries = read()
+    if entries.empty and not entries.attrs["damaged"]:
+        _print("the journal is empty: each `labkit suite` run appends its conclusions to it")
+    elif not entries.empty:
+        with pd.option_context("display.max_colwidth", 80, "display.width", 200):
+            _print(entries[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
+    if entries.attrs["damaged"]:
+        _print("labkit: these journal lines cannot be read and are not shown:\n  "
+               + "\n  ".join(entries.attrs["damaged"]), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return None
+
+
+def _run(args) -> None:
+    from labkit.suite.parameters import parameters_for
+    params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
+    params.update({name: _value(value) for name, value in args.parameter})
+    _print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")
+
+
+# one function per command; each returns its exit status, or None for 0
+COMMANDS = {"env": _env, "run": _run, "suite": _suite, "baseline": _baseline, "compare": _compare,
+            "diagnose": _diagnose, "lab": _lab, "journal": _journal}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `labkit` command line; the exit status: 0, 2 on a lab error, and for `suite` and `compare` 1 on a
     regression, 3 on a failed notebook."""
@@ -275,53 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_options(args, parser)
-        if args.command == "env":
-            from labkit.measure.environment import fingerprint
-            _print(json.dumps(fingerprint(), indent=2))
-        elif args.command == "suite" and args.cluster:
-            return _suite_on_cluster(args)
-        elif args.command == "suite":
-            from labkit.suite import journal, notebooks as suite_mod
-            from labkit.suite.runs import suite_meta
-            overrides = suite_mod.parse_overrides(args.override)
-            run = suite_mod.run_suite(args.selection, args.profile, args.resume, overrides=overrides,
-                                      jobs=args.jobs)
-            journal.append(journal.entries_for_run(run, suite_meta(run)["environment"]))
-            _print(f"suite run: {run}")
-            return compare_and_report(run, args.baseline, args.threshold, suite_mod.statuses(run))
-        elif args.command == "baseline":
-            from labkit.suite.baseline import pin as pin_run
-            _print(f"{'added as a replicate' if args.replicate else 'pinned'}: {pin_run(args.run, replicate=args.replicate)}")
-        elif args.command == "compare":
-            from labkit.suite.notebooks import statuses
-            return compare_and_report(Path(args.run), args.baseline, args.threshold, statuses(args.run), args.report)
-        elif args.command == "diagnose":
-            _diagnose(args)
-        elif args.command == "lab":
-            from labkit import settings
-            from labkit.present.lab import lab_command
-            argv_lab = lab_command(settings.ROOT, port=args.port, root_user=os.geteuid() == 0)
-            print("JupyterLab on the lab's root, opened on notebooks/: open the http://127.0.0.1:...token=... "  # fixed text
-                  "address it prints below; committed evidence (data/baselines/) opens read-only", flush=True)
-            os.execv(argv_lab[0], argv_lab)
-        elif args.command == "journal":
-            from labkit.suite.journal import read
-            import pandas as pd
-            entries = read()
-            if entries.empty and not entries.attrs["damaged"]:
-                _print("the journal is empty: each `labkit suite` run appends its conclusions to it")
-            elif not entries.empty:
-                with pd.option_context("display.max_colwidth", 80, "display.width", 200):
-                    _print(entries[["when_utc", "experiment", "load", "change", "conclusion"]].to_string(index=False))
-            if entries.attrs["damaged"]:
-                _print("labkit: these journal lines cannot be read and are not shown:\n  "
-                      + "\n  ".join(entries.attrs["damaged"]), file=sys.stderr)
-                return EXIT_BAD_INPUT
-        else:
-            from labkit.suite.parameters import parameters_for
-            params = parameters_for(args.profile, Path(args.notebook)) if args.profile else {}
-            params.update({name: _value(value) for name, value in args.parameter})
-            _print(f"executed notebook: {run_notebook(args.notebook, params, args.output_dir)}")
+        return COMMANDS[args.command](args) or 0
     except LabkitError as exc:
         if args.debug:
             raise
@@ -338,7 +356,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _print(f"labkit: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return 0
 
 
 if __name__ == "__main__":

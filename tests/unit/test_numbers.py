@@ -286,7 +286,7 @@ def test_every_numeric_option_has_a_rule():
 def nothing_runs(monkeypatch):
     """Every command's work replaced by a stand-in: an impossible option must fail before it is reached."""
     reached = []
-    monkeypatch.setattr(cli, "_diagnose", lambda args: reached.append("diagnose"))
+    monkeypatch.setitem(cli.COMMANDS, "diagnose", lambda args: reached.append("diagnose"))
     monkeypatch.setattr(cli, "compare_and_report", lambda *a, **k: reached.append("compare") or 0)
     monkeypatch.setattr("labkit.suite.notebooks.run_suite", lambda *a, **k: reached.append("suite"))
     monkeypatch.setattr("labkit.present.lab.lab_command", lambda *a, **k: reached.append("lab") or ["true"])
