@@ -5,6 +5,7 @@ capture sizes) by *usage context* and device: `vllm serve` (OPENAI_API_SERVER) a
 (LLM_CLASS) get their own, while an engine built without one (ENGINE_CONTEXT) falls back to values no
 deployment runs (128 / 2048 on an H200, where `vllm serve` applies 1024 / 8192). So every engine the lab
 starts carries the context of the deployment being tuned: an arm with no knobs *is* `vllm serve MODEL`.
+What vLLM resolves for a launch here is asked of vLLM itself, in labkit.measure.resolve.
 """
 from __future__ import annotations
 
