@@ -6,7 +6,9 @@ Two arms measured under different outside load differ by the machine as well as 
 - a verdict carries a *caution* when the arms' mean outside load differs by LOAD_GAP_CORES or more, or either
   arm's exceeds LOAD_SHARE of the cores the engine may use (the host was busy: even equal loads disturb);
 - it is *too noisy to judge here* when the load explains the change: the cores free to the engine differ between
-  the arms' trials by at least as much as the metric moved, in the direction the load would move it.
+  the arms' trials by at least as much as the metric moved, in the direction the load would move it; or, on a
+  CPU, the lab's threads also waited for a CPU more during the slower arm's trials (`threads_waiting_for_cpu`,
+  WAIT_GAP_THREADS or more apart), whatever the size of the change.
 
 Cores free to the engine: of the cores it needs, those other processes left it, min(needed, cpu_count - other).
 On a CPU the engine's threads fill every core, so it needs them all and a throughput scales at most linearly
@@ -14,11 +16,23 @@ with them (Amdahl: no better); that linear shift is the largest the load can exp
 it cannot be told from the load. On a GPU the engine keeps only a few cores busy (the client loop, the engine
 core's scheduler, one worker per GPU when split): outside load costs it nothing until the free cores fall below
 that, which is what the min() says (on the H200 the committed trials' outside load stayed under 0.6 of 16 cores).
+
+The linear shift is a bound only for a load spread evenly over the trial and shared fairly. On a CPU neither
+holds: a trial's mean hides bursts, and a descheduled engine thread holds its whole parallel step at the next
+barrier. Seen on this lab's 2-core machines in suite runs, each notebook's engine bound to a core: a first token
+6.9x later (TTFT P50 +585 %) beside 0.81 busy cores against 0.03 in the other arm's trial, where the linear bound
+is +67 %; a 12-request trial 18x longer than the same shape's in another run beside 0.91-1.01; an 8-token load's
+fastest request 884 ms against 100 ms for 64-token requests beside 0.99. Where it was recorded, the lab's threads
+waited for a CPU far more in the slow trial (1.02 against 0.21 threads in the first; 0.99 against 0.35 in the
+last). So where the loads differ and the waiting says the load reached the slower arm, no size of change can be
+told from the load on a CPU.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import pandas as pd
 
 from labkit.analyze.arm_facts import arm_fact
 
@@ -26,6 +40,10 @@ LOAD_GAP_CORES = 0.25  # the arms' mean outside loads further apart than this ar
 # A host kept a quarter busy by others disturbs the engine even when both arms saw it (memory bandwidth, caches,
 # the scheduler's time slices): named, though it cannot tell the arms apart by itself.
 LOAD_SHARE = 0.25
+# Threads waiting for a CPU, the arms' means further apart than this say the outside load reached one arm more:
+# an idle 2-core run kept them within 0.18-0.27 over four trials, a busy loop beside the engine 0.31-0.53
+# (data/baselines/cpu-amd-epyc/outside-load/); the lab's own threads crowding a core count too, alike in both arms.
+WAIT_GAP_THREADS = 0.25
 ADVICE = "rerun on a quiet machine"
 
 
@@ -37,6 +55,8 @@ class ArmLoad:
     other_cores: float
     cpu_count: int | None
     engine_cores: float | None
+    waiting: float | None = None  # mean threads of the lab's processes ready to run but waiting for a CPU
+    platform: str | None = None
 
     @property
     def free(self) -> float | None:
@@ -64,9 +84,18 @@ def arm_load(results, arm: str) -> ArmLoad | None:
     values = trials.loc[trials.arm == arm, "host_other_cores"].dropna()
     if values.empty:
         return None
-    count = (results.environment.get(arm) or {}).get("cpu_count")
-    count = int(count) if count else None
-    return ArmLoad(arm, float(values.mean()), count, engine_cores(results, arm, count) if count else None)
+    environment = results.environment.get(arm) or {}
+    count = int(environment["cpu_count"]) if environment.get("cpu_count") else None
+    waits = trials.loc[trials.arm == arm, "threads_waiting_for_cpu"].dropna() \
+        if "threads_waiting_for_cpu" in trials else pd.Series(dtype=float)
+    return ArmLoad(arm, float(values.mean()), count, engine_cores(results, arm, count) if count else None,
+                   float(waits.mean()) if not waits.empty else None, environment.get("platform"))
+
+
+def waiting_gap(base: ArmLoad, cand: ArmLoad) -> float | None:
+    """How many more threads waited for a CPU, on average, during the candidate's trials than the baseline's
+    (negative: fewer); None where either was not recorded."""
+    return None if base.waiting is None or cand.waiting is None else cand.waiting - base.waiting
 
 
 def caution(results, baseline_arm: str, arm: str) -> str | None:
@@ -85,6 +114,10 @@ def caution(results, baseline_arm: str, arm: str) -> str | None:
     shift = free_shift(base, cand)
     if shift is not None and abs(shift) >= 0.005:
         note += f" ({abs(shift):.0%} {'fewer' if shift < 0 else 'more'} cores free to the engine)"
+    gap = waiting_gap(base, cand)
+    if gap is not None and abs(gap) >= WAIT_GAP_THREADS:
+        note += (f"; the lab's threads waited for a CPU {base.waiting:.2f} against {cand.waiting:.2f} threads on "
+                 "average")
     return note
 
 
@@ -111,8 +144,18 @@ def explains(results, baseline_arm: str, arm: str, m, rel_change: float) -> str 
     base, cand = arm_load(results, baseline_arm), arm_load(results, arm)
     if base is None or cand is None or abs(cand.other_cores - base.other_cores) < LOAD_GAP_CORES:
         return None
+    if not math.isfinite(rel_change):
+        return None
+    gap = waiting_gap(base, cand)
+    if "cpu" in (base.platform, cand.platform) and gap is not None and abs(gap) >= WAIT_GAP_THREADS:
+        direction = _load_effect(-0.5 if gap > 0 else 0.5, m.level, m.column)  # the way the load would move m
+        if direction is not None and direction * rel_change > 0:
+            return (f"the lab's threads waited for a CPU {base.waiting:.2f} against {cand.waiting:.2f} threads on "
+                    f"average, so the outside load reached {arm if gap > 0 else baseline_arm}'s trials more; on "
+                    f"a CPU that can stall the engine's steps beyond the cores it took, so {m.name}'s "
+                    f"{rel_change:+.1%} cannot be told from it: {ADVICE}")
     shift = free_shift(base, cand)
-    if shift is None or not math.isfinite(rel_change):
+    if shift is None:
         return None
     effect = _load_effect(shift, m.level, m.column)
     if effect is None or effect * rel_change <= 0 or abs(effect) < abs(rel_change):

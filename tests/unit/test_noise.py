@@ -136,6 +136,40 @@ def test_the_gpu_caution_and_the_host_caution_are_joined():
     assert c.verdict == stats.WORSE  # clocks caution only: they may be the configuration's own effect
 
 
+# A smoke run of real_vs_dummy_weights on a busy 2-core machine (2026-12-07): the dummy arm's prefill trial ran beside
+# 0.81 busy cores against 0.03 during the real arm's, and its lab threads waited for a CPU 1.02 against 0.21
+# threads. TTFT P50 came out +585 %, "worse", far beyond the +67 % the free cores' linear shift allows.
+REAL_VS_DUMMY = {"real": ([23.5] * 3, [0.03] * 3, 40.0), "dummy": ([3.3] * 3, [0.81] * 3, 274.0)}
+WAITING = {"threads_waiting_for_cpu": [0.21] * 3 + [1.02] * 3}
+
+
+def test_a_cpu_change_beyond_the_cores_taken_is_too_noisy_where_the_slower_arm_waited_for_a_cpu():
+    res = results_of(REAL_VS_DUMMY, extra=WAITING)
+    c = stats.compare(res, "real", "dummy", "ttft_p50_ms")
+    assert c.rel_change > 5 and c.verdict == stats.TOO_NOISY, c.sentence()
+    assert "waited for a CPU 0.21 against 1.02 threads" in c.too_noisy and "reached dummy's trials" in c.too_noisy
+    assert "waited for a CPU 0.21 against 1.02 threads" in c.caution
+    assert stats.compare(res, "real", "dummy", "output_tok_s").verdict == stats.TOO_NOISY
+    # without the waiting recorded, the free cores' bound keeps today's verdict: the waiting is what decides
+    unrecorded = results_of(REAL_VS_DUMMY)
+    assert stats.compare(unrecorded, "real", "dummy", "ttft_p50_ms").verdict == stats.WORSE
+
+
+def test_the_waiting_decides_only_the_way_it_points_with_different_loads_and_on_a_cpu():
+    # the faster arm waited more: the load worked against the change, the verdict stands
+    against = results_of(REAL_VS_DUMMY, extra={"threads_waiting_for_cpu": [1.02] * 3 + [0.21] * 3})
+    assert stats.compare(against, "real", "dummy", "ttft_p50_ms").verdict == stats.WORSE
+    # equal outside loads: the gap in waiting may be the launches' own threads crowding a core
+    equal = results_of({"real": REAL_VS_DUMMY["real"], "dummy": ([3.3] * 3, [0.03] * 3, 274.0)}, extra=WAITING)
+    assert stats.compare(equal, "real", "dummy", "ttft_p50_ms").verdict == stats.WORSE
+    # a GPU engine keeps the free cores' bound (its few busy threads do not run in lockstep barriers)
+    gpu = results_of(REAL_VS_DUMMY, environment={"cpu_count": 2, "platform": "cuda"}, extra=WAITING)
+    assert stats.compare(gpu, "real", "dummy", "ttft_p50_ms").verdict == stats.WORSE
+    # counts the cores do not drive are never too noisy
+    assert noise.explains(results_of(REAL_VS_DUMMY, extra=WAITING), "real", "dummy", stats.metric("preemptions"),
+                          0.5) is None
+
+
 def test_every_verdict_has_a_baseline_mapping_and_a_colour():
     from labkit.present.tables import ADVICE_COLOURS
     from labkit.suite.baseline import _VERDICT
