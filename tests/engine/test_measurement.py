@@ -85,8 +85,13 @@ def test_timings_are_positive_and_monotonic(batch_results):
 
 def test_larger_batch_has_higher_throughput(batch_results):
     verdict = stats.compare(batch_results, "seqs1", "seqs16", "output_tok_s")
-    assert verdict.verdict == "better", verdict.sentence()
     assert verdict.rel_change > 0.5, verdict.sentence()
+    # the other test process can load the host during one arm's trials more than the other's: then the verdict
+    # is rightly withheld, and the caution says why
+    if verdict.verdict == stats.TOO_NOISY:
+        assert "host load" in verdict.caution and verdict.too_noisy, verdict.sentence()
+    else:
+        assert verdict.verdict == stats.BETTER, verdict.sentence()
 
 
 def test_engine_counters_and_trials_recorded(batch_results):
