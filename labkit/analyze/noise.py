@@ -42,7 +42,8 @@ LOAD_GAP_CORES = 0.25  # the arms' mean outside loads further apart than this ar
 LOAD_SHARE = 0.25
 # Threads waiting for a CPU, the arms' means further apart than this say the outside load reached one arm more:
 # an idle 2-core run kept them within 0.18-0.27 over four trials, a busy loop beside the engine 0.31-0.53
-# (data/baselines/cpu-amd-epyc/outside-load/); the lab's own threads crowding a core count too, alike in both arms.
+# (data/baselines/cpu-amd-epyc/outside-load/). The lab's own threads crowding a core count too, and launches
+# may crowd differently: so the waiting decides only between arms whose outside loads differ as well.
 WAIT_GAP_THREADS = 0.25
 ADVICE = "rerun on a quiet machine"
 
