@@ -23,7 +23,7 @@ N_BOOT = 1000
 BETTER, WORSE = "better", "worse"
 NO_DIFFERENCE = "no detectable difference"
 TOO_FEW = "too few trials"
-TOO_NOISY = "too noisy to judge here"  # the host's outside load moved more than the arms differ (labkit.analyze.noise)
+TOO_NOISY = "too noisy to judge here"  # the host's outside load can explain the change (labkit.analyze.noise)
 VERDICTS = (BETTER, WORSE, NO_DIFFERENCE, TOO_FEW, TOO_NOISY)
 
 
@@ -426,8 +426,8 @@ def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
             judged = ([f"better on {', '.join(better)}"] if better else []) + (
                 [f"worse on {', '.join(worse)}"] if worse else [])
             advice = noise.ADVICE
-            sentence = (f"{arm}: {TOO_NOISY} on {', '.join(noisy)}, the host's outside load moved more than the "
-                        f"arms differ" + (f" ({'; '.join(judged)})" if judged else ""))
+            sentence = (f"{arm}: {TOO_NOISY} on {', '.join(noisy)}, the host's outside load can explain the "
+                        f"change" + (f" ({'; '.join(judged)})" if judged else ""))
         elif better and not worse:
             advice, sentence = "consider it", f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing"
         elif worse and not better:
