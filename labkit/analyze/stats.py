@@ -13,7 +13,7 @@ import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
-from labkit.analyze import gpu_conditions, noise, placement
+from labkit.analyze import gpu_state, noise, placement
 from labkit.analyze.quantile_bootstrap import windowed_replicates
 from labkit.spec.lists import as_list
 from labkit.shown import number, shows_whole
@@ -324,7 +324,7 @@ def t_quantile(df: int) -> float:
 
 def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, threshold: float = 0.0) -> Comparison:
     """`compare_groups` on one metric between two complete arms of the results, aware of the machine: the
-    comparison carries a caution where the arms' GPU clocks or slowdowns (labkit.analyze.gpu_conditions) or the
+    comparison carries a caution where the arms' GPU clocks or slowdowns (labkit.analyze.gpu_state) or the
     host's outside load (labkit.analyze.noise) differed, and a better/worse that the load alone explains
     becomes TOO_NOISY."""
     for arm in (baseline_arm, candidate_arm):
@@ -338,7 +338,7 @@ def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, th
 def machine_aware(results, baseline_arm: str, candidate_arm: str, m: Metric, c: Comparison) -> Comparison:
     """The comparison of two arms' values with how the machine moved between their trials: the GPU's and the
     host's cautions joined, and TOO_NOISY (with the reason) for a better/worse the outside load explains."""
-    notes = [n for n in (gpu_conditions.caution(results.trials, baseline_arm, candidate_arm),
+    notes = [n for n in (gpu_state.caution(results.trials, baseline_arm, candidate_arm),
                          noise.caution(results, baseline_arm, candidate_arm),
                          placement.caution(results, baseline_arm, candidate_arm, m)) if n]
     why = None
@@ -389,7 +389,7 @@ def compare_arms(results, baseline_arm: str, metrics: list[str] | None = None,
 def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float = 0.0) -> pd.DataFrame:
     """The record a team files: per load, arm and metric the value with its CI, and the change against
     the baseline arm with its CI and verdict; `caution` names GPU clocks that differed between the two arms
-    or trials the driver slowed (labkit.analyze.gpu_conditions), where they were sampled, and outside load on the
+    or trials the driver slowed (labkit.analyze.gpu_state), where they were sampled, and outside load on the
     host that differed or was heavy (labkit.analyze.noise); a verdict the load explains is TOO_NOISY."""
     if baseline_arm not in results.complete_arms:
         raise BadParameter(f"no complete arm {baseline_arm!r} to compare with; complete arms: {results.complete_arms}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from labkit.analyze import gpu_conditions
+from labkit.analyze import gpu_state
 from labkit.errors import BadParameter, DamagedStore
 from labkit.store import Results, load, read_record
 
@@ -59,7 +59,7 @@ def other_cores(run: str | Path) -> float | None:
 def gpu_figures(run: str | Path) -> dict:
     """The run's GPU clocks and slowed trials over all its experiments (empty where none were sampled)."""
     trials = [results.trials for results in readable(run)[0].values()]
-    return gpu_conditions.run_summary(pd.concat(trials)) if trials else {}
+    return gpu_state.run_summary(pd.concat(trials)) if trials else {}
 
 
 NOTEBOOKS_AT_ONCE = "notebooks at once (--jobs)"
@@ -85,7 +85,7 @@ def environment_diff(run: str | Path, baseline: str | Path) -> pd.DataFrame:
     clocks = gpu_figures(baseline), gpu_figures(run)
     if clocks[0] and clocks[1]:
         key = "mean SM clock (MHz)"
-        if abs(clocks[1][key] - clocks[0][key]) > gpu_conditions.CLOCK_TOLERANCE * clocks[0][key] or \
+        if abs(clocks[1][key] - clocks[0][key]) > gpu_state.CLOCK_TOLERANCE * clocks[0][key] or \
                 clocks[0]["trials slowed by heat or hardware"] or clocks[1]["trials slowed by heat or hardware"]:
             for what in clocks[0]:
                 a[f"GPU: {what}"], b[f"GPU: {what}"] = clocks[0][what], clocks[1][what]

@@ -6,7 +6,7 @@ import types
 
 import pandas as pd
 
-from labkit.analyze import gpu_conditions as analysis
+from labkit.analyze import gpu_state as analysis
 from labkit.analyze import stats
 from labkit.measure import gpu, gpu_state
 
