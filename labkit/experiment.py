@@ -26,6 +26,7 @@ from labkit.analyze import eta
 from labkit.measure.environment import check_multicast_off, compile_cache, hardware_key
 from labkit.measure.platform import Platform, current_platform
 from labkit import at_once
+from labkit.analyze.drift import repeat_arm
 from labkit.analyze.placement import control_arm
 from labkit.measure.placement import placement_record
 from labkit.measure.resolve import implied_defaults
@@ -324,13 +325,17 @@ class Experiment:
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, progress: bool = True, only: list[str] | None = None, parallel: int = 1,
-            control: bool = False, cluster: str | None = None, accelerator_type: str | None = None) -> Results:
+            control: bool = False, cluster: str | None = None, accelerator_type: str | None = None,
+            repeat: bool = False) -> Results:
         """Measure every arm (or the arms named in `only`) not already stored, and load the results.
         `parallel=N` runs up to N arms at once, each on a place of its own (labkit.measure.placement): on a GPU
         host the GPUs it needs (tp x pp x dp), on a CPU a share of the cores; every arm records where it ran, and
         a verdict between arms measured apart says so (labkit.analyze.placement). `control=True` (GPU arms at
         once) also measures the reference arm's launch on a second GPU, beside it, as arm `<reference>-control`:
-        the GPU-to-GPU spread that a verdict between arms on different GPUs is judged against.
+        the GPU-to-GPU spread that a verdict between arms on different GPUs is judged against. `repeat=True`
+        (arms one at a time) measures the reference arm's launch again after the others, as arm
+        `<reference>-repeat`: how far the same launch moved over the run (the arms' order, caches the first arms
+        wrote, the machine's drift), which a verdict between the run's arms is judged against (labkit.analyze.drift).
         `cluster` ("HOST:PORT" of a Ray cluster; default the setting `ray_address`) runs each arm as a Ray
         task on a node that has what it needs, up to `parallel` at once, `accelerator_type` ("H200") pinning
         GPU arms to that GPU model (labkit.measure.ray_arms); the results come back to this process's store."""
@@ -346,6 +351,11 @@ class Experiment:
             reference = at_once.control_reference(self)
             plans = {reference: plans[reference], control_arm(reference): plans[reference],
                      **{arm: plan for arm, plan in plans.items() if arm != reference}}
+        if repeat:  # the reference's launch once more, after every other arm
+            raise_problems("repeat=True", self._repeat_problems(
+                parallel, control, cluster if cluster is not None else settings.current().ray_address, plans))
+            reference = at_once.control_reference(self)
+            plans = {**plans, repeat_arm(reference): plans[reference]}
         ref = resolve_model(self.model)
         vocab = _vocab(ref)
         for arm, plan in plans.items():  # every check before the first engine starts
@@ -402,6 +412,18 @@ class Experiment:
                     worker.discard()
             bar.close()
         return load(self.name, self.store.path.parent)
+
+    def _repeat_problems(self, parallel: int, control: bool, cluster: str | None, plans: dict) -> list[str]:
+        """Why the reference cannot be measured again at the end of this run (every reason at once)."""
+        problems = []
+        if parallel != 1 or control or cluster:
+            problems.append("a repeat measures how one launch moved over a run of arms one after another: run "
+                            "without parallel, control or a cluster (arms at once on GPUs: control=True measures "
+                            "their spread)")
+        reference = at_once.control_reference(self)
+        if reference not in plans or plans[reference].not_applicable:
+            problems.append(f"the reference arm {reference!r} is not among the arms to run here")
+        return problems
 
     def _estimates(self, todo: list) -> dict[str, eta.Estimate]:
         """How long each arm to run will take here, from the records of earlier arms on this machine (this

@@ -13,7 +13,7 @@ import pandas as pd
 
 from labkit.errors import BadParameter
 from labkit.spec.numbers import NON_NEGATIVE, PROBABILITY, check_numbers
-from labkit.analyze import gpu_state, noise, placement
+from labkit.analyze import drift, gpu_state, noise, placement
 from labkit.analyze.quantile_bootstrap import windowed_replicates
 from labkit.spec.lists import as_list
 from labkit.shown import number, shows_whole
@@ -337,14 +337,17 @@ def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, th
 
 def machine_aware(results, baseline_arm: str, candidate_arm: str, m: Metric, c: Comparison) -> Comparison:
     """The comparison of two arms' values with how the machine moved between their trials: the GPU's and the
-    host's cautions joined, and TOO_NOISY (with the reason) for a better/worse the outside load explains."""
+    host's cautions joined, where the arms ran, how far the reference's repeat moved (labkit.analyze.drift), and
+    TOO_NOISY (with the reason) for a better/worse the outside load, the GPUs' spread or the run's drift explains."""
     notes = [n for n in (gpu_state.caution(results.trials, baseline_arm, candidate_arm),
                          noise.caution(results, baseline_arm, candidate_arm),
-                         placement.caution(results, baseline_arm, candidate_arm, m)) if n]
+                         placement.caution(results, baseline_arm, candidate_arm, m),
+                         drift.caution(results, baseline_arm, candidate_arm, m)) if n]
     why = None
     if c.verdict in (BETTER, WORSE):
         why = (noise.explains(results, baseline_arm, candidate_arm, m, c.rel_change)
-               or placement.explains(results, baseline_arm, candidate_arm, m, c.rel_change))
+               or placement.explains(results, baseline_arm, candidate_arm, m, c.rel_change)
+               or drift.explains(results, baseline_arm, candidate_arm, m, c.rel_change))
     return replace(c, caution="; ".join(notes) or None, **({"verdict": TOO_NOISY, "too_noisy": why} if why else {}))
 
 
@@ -425,9 +428,11 @@ def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
         if noisy:
             judged = ([f"better on {', '.join(better)}"] if better else []) + (
                 [f"worse on {', '.join(worse)}"] if worse else [])
-            advice = noise.ADVICE
-            sentence = (f"{arm}: {TOO_NOISY} on {', '.join(noisy)}, the host's outside load can explain the "
-                        f"change" + (f" ({'; '.join(judged)})" if judged else ""))
+            drifted = "caution" in part and part.caution.fillna("").str.contains(drift.MARK, regex=False).any()
+            advice = drift.ADVICE if drifted else noise.ADVICE
+            why = "the machine or the arms' order" if drifted else "the host's outside load"
+            sentence = (f"{arm}: {TOO_NOISY} on {', '.join(noisy)}, {why} can explain the change"
+                        + (f" ({'; '.join(judged)})" if judged else ""))
         elif better and not worse:
             advice, sentence = "consider it", f"{arm} beats {baseline_arm} on {', '.join(better)} and loses on nothing"
         elif worse and not better:

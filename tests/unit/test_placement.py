@@ -130,6 +130,45 @@ def test_a_change_within_the_gpu_to_gpu_spread_of_the_control_is_too_noisy_to_ju
     assert same.verdict == stats.WORSE and same.caution is None
 
 
+# The H100's real-against-dummy run, had the reference been measured again last: dummy ran second, from the
+# compile cache real had just written, and decoded 24.7 % slower; nothing in that run told its weights from its order.
+ALONE = {"arms_at_once": 1, "node": "local"}
+
+
+def test_a_change_within_the_reference_repeats_drift_is_too_noisy_and_the_repeat_keeps_its_own_verdict():
+    res = _results({"real": ([100.0, 100.5, 99.5], ALONE), "dummy": ([80.0, 80.5, 79.5], ALONE),
+                    "fp8": ([60.0, 60.5, 59.5], ALONE),
+                    "real-repeat": ([78.0, 78.5, 77.5], ALONE)})  # the same launch, 22 % slower at the end
+    dummy = stats.compare(res, "real", "dummy", "output_tok_s")
+    assert dummy.verdict == stats.TOO_NOISY, dummy.sentence()
+    assert "real's launch measured again after the other arms moved -22.0% (repeat)" in dummy.caution
+    assert "the arms' order or the machine's drift alone could have made it" in dummy.too_noisy
+    fp8 = stats.compare(res, "real", "fp8", "output_tok_s")  # -40 %: beyond the drift, with a caution
+    assert fp8.verdict == stats.WORSE and "(repeat)" in fp8.caution
+    repeat = stats.compare(res, "real", "real-repeat", "output_tok_s")  # the drift's own measurement
+    assert repeat.verdict == stats.WORSE and repeat.caution is None
+    outcome = stats.arm_outcomes(stats.ab_record(res, "real", ["output_tok_s"]), "real").set_index("arm")
+    assert outcome.loc["dummy", "advice"] == "rerun with the arms in another order, or on a quieter machine"
+    assert "the machine or the arms' order can explain the change" in outcome.loc["dummy", "sentence"]
+    # a repeat that did not move leaves the verdicts alone
+    steady = _results({"real": ([100.0, 100.5, 99.5], ALONE), "dummy": ([80.0, 80.5, 79.5], ALONE),
+                       "real-repeat": ([100.2, 99.8, 100.0], ALONE)})
+    assert stats.compare(steady, "real", "dummy", "output_tok_s").verdict == stats.WORSE
+
+
+def test_a_repeat_with_arms_at_once_is_refused_before_any_worker_starts(tmp_path, monkeypatch):
+    def no_worker(*args, **kwargs):
+        raise AssertionError("a worker started before the refusal")
+    monkeypatch.setattr(supervisor.ArmWorker, "__init__", no_worker)
+    exp = lk.Experiment("repeat", {"a": {}, "b": {"max_num_seqs": 2}}, lk.Workload(4, lk.Fixed(8), lk.Fixed(4),
+                        lk.Burst()), model="tiny-llama", results_dir=tmp_path)
+    with pytest.raises(BadParameter) as refused:
+        exp.run(progress=False, repeat=True, parallel=2, only=["b"])
+    assert "run without parallel, control or a cluster" in str(refused.value)
+    assert "the reference arm 'a' is not among the arms to run here" in str(refused.value)
+    assert not (tmp_path / "repeat" / "arms").exists()
+
+
 def test_cpu_arms_at_once_say_they_shared_the_host_and_different_nodes_are_named():
     cpu = {"cpu_count": 2, "platform": "cpu"}
     res = _results({"a": ([100.0, 101.0, 99.0], {"arms_at_once": 2, "placed_on": "cores 0", "node": "n1"}),
