@@ -21,6 +21,7 @@ import pandas as pd
 REPEAT_SUFFIX = "-repeat"
 MARK = "(repeat)"  # ends the caution: what the conclusions look for to give this advice
 ADVICE = "rerun with the arms in another order, or on a quieter machine"
+DRIFT_ADVICE = "none: it is the run's drift"  # the repeat is no launch to choose
 
 
 def repeat_arm(reference: str) -> str:
@@ -61,7 +62,7 @@ def caution(results, baseline_arm: str, arm: str, m) -> str | None:
     found = drift(results, m) if reference else None
     if found is None:
         return None
-    return f"{reference}'s launch measured again after the other arms moved {found[0]:+.1%} {MARK}"
+    return f"{reference}'s launch measured again after the other arms moved {m.name} {found[0]:+.1%} {MARK}"
 
 
 def explains(results, baseline_arm: str, arm: str, m, rel_change: float) -> str | None:

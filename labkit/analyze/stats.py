@@ -412,6 +412,13 @@ def ab_record(results, baseline_arm: str, metrics: list[str], threshold: float =
     return record
 
 
+def joined_cautions(cautions: pd.Series) -> str:
+    """The cautions of several rows (an arm's metrics) as one text, each note once: the host's load is the same
+    for every metric of an arm, and is said once."""
+    notes = [note for caution in cautions.dropna() for note in caution.split("; ")]
+    return "; ".join(dict.fromkeys(notes))
+
+
 def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
     """One row per load (where the record has loads) and compared arm: the metrics it wins and loses on,
     those too noisy to judge, the advice that follows, any caution about the machine, and the same as one
@@ -425,7 +432,12 @@ def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
         better = sorted(set(part.loc[part.verdict == BETTER, "metric"]))
         worse = sorted(set(part.loc[part.verdict == WORSE, "metric"]))
         noisy = sorted(set(part.loc[part.verdict == TOO_NOISY, "metric"]))
-        if noisy:
+        if arm == drift.repeat_arm(baseline_arm):  # the same launch again: what it shows is the run's drift
+            moved = ", ".join([f"better on {m}" for m in better] + [f"worse on {m}" for m in worse]) \
+                or "no detectable move"
+            advice = drift.DRIFT_ADVICE
+            sentence = f"{arm}: {baseline_arm}'s launch measured again after the other arms, {moved}"
+        elif noisy:
             judged = ([f"better on {', '.join(better)}"] if better else []) + (
                 [f"worse on {', '.join(worse)}"] if worse else [])
             drifted = "caution" in part and part.caution.fillna("").str.contains(drift.MARK, regex=False).any()
@@ -441,7 +453,7 @@ def arm_outcomes(record: pd.DataFrame, baseline_arm: str) -> pd.DataFrame:
             advice, sentence = "choose by your SLO", f"{arm} trades {', '.join(worse)} for {', '.join(better)}"
         else:
             advice, sentence = f"keep {baseline_arm}", f"{arm}: no detectable difference from {baseline_arm} at this noise"
-        notes = "; ".join(part.caution.dropna().unique()) if "caution" in part else ""
+        notes = joined_cautions(part.caution) if "caution" in part else ""
         sentence += f": {advice}" + (f" (caution, the machine moved too: {notes})" if notes else "")
         rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "better on": ", ".join(better),
                      "worse on": ", ".join(worse), "too noisy on": ", ".join(noisy), "advice": advice,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from labkit.analyze import noise, stats
+from labkit.analyze import drift, noise, stats
 from labkit.shown import Whole, cell, change as relative, whole, with_detail  # cell: the tables' value cell, read from here too
 
 
@@ -46,7 +46,7 @@ def _judged(r) -> bool:
 
 
 def _notes(part: pd.DataFrame) -> str:
-    return "; ".join(part["caution"].dropna().unique()) if "caution" in part else ""
+    return stats.joined_cautions(part["caution"]) if "caution" in part else ""
 
 
 def record_table(record: pd.DataFrame, metrics: list[str] | None = None) -> Whole:
@@ -119,7 +119,8 @@ def _values(record: pd.DataFrame, names: list[str], keys: list[str]) -> pd.DataF
 ADVICE_COLOURS = {stats.BETTER: "background-color: #c8e6c9", stats.WORSE: "background-color: #ffcdd2",
                   stats.NO_DIFFERENCE: "color: #616161", stats.TOO_FEW: "color: #616161",
                   stats.TOO_NOISY: "background-color: #ffe0b2", "consider it": "background-color: #c8e6c9",
-                  "choose by your SLO": "background-color: #fff9c4", noise.ADVICE: "background-color: #ffe0b2"}
+                  "choose by your SLO": "background-color: #fff9c4", noise.ADVICE: "background-color: #ffe0b2",
+                  drift.ADVICE: "background-color: #ffe0b2", drift.DRIFT_ADVICE: "color: #616161"}
 
 
 def coloured(table: pd.DataFrame, column: str) -> Table:

@@ -141,7 +141,7 @@ def test_a_change_within_the_reference_repeats_drift_is_too_noisy_and_the_repeat
                     "real-repeat": ([78.0, 78.5, 77.5], ALONE)})  # the same launch, 22 % slower at the end
     dummy = stats.compare(res, "real", "dummy", "output_tok_s")
     assert dummy.verdict == stats.TOO_NOISY, dummy.sentence()
-    assert "real's launch measured again after the other arms moved -22.0% (repeat)" in dummy.caution
+    assert "real's launch measured again after the other arms moved output_tok_s -22.0% (repeat)" in dummy.caution
     assert "the arms' order or the machine's drift alone could have made it" in dummy.too_noisy
     fp8 = stats.compare(res, "real", "fp8", "output_tok_s")  # -40 %: beyond the drift, with a caution
     assert fp8.verdict == stats.WORSE and "(repeat)" in fp8.caution
@@ -150,6 +150,10 @@ def test_a_change_within_the_reference_repeats_drift_is_too_noisy_and_the_repeat
     outcome = stats.arm_outcomes(stats.ab_record(res, "real", ["output_tok_s"]), "real").set_index("arm")
     assert outcome.loc["dummy", "advice"] == "rerun with the arms in another order, or on a quieter machine"
     assert "the machine or the arms' order can explain the change" in outcome.loc["dummy", "sentence"]
+    # the repeat is the same launch: no advice to take it, only what it moved
+    assert outcome.loc["real-repeat", "advice"] == "none: it is the run's drift"
+    assert outcome.loc["real-repeat", "sentence"].startswith(
+        "real-repeat: real's launch measured again after the other arms, worse on output_tok_s")
     # a repeat that did not move leaves the verdicts alone
     steady = _results({"real": ([100.0, 100.5, 99.5], ALONE), "dummy": ([80.0, 80.5, 79.5], ALONE),
                        "real-repeat": ([100.2, 99.8, 100.0], ALONE)})

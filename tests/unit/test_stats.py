@@ -316,3 +316,8 @@ def test_differences_are_in_the_metrics_own_unit_with_an_interval():
     row = table.iloc[0]
     assert row.load == "c4" and 5.5 < row.added < 6.5 and row.added_low < row.added < row.added_high
     assert row.added_high - row.added_low < 1.0
+
+
+def test_an_arms_cautions_are_said_once_across_its_metrics():
+    cautions = pd.Series(["host load: 1.1 against 0.9; repeat moved tpot -5%", "host load: 1.1 against 0.9", None])
+    assert stats.joined_cautions(cautions) == "host load: 1.1 against 0.9; repeat moved tpot -5%"
