@@ -160,19 +160,6 @@ def test_a_change_within_the_reference_repeats_drift_is_too_noisy_and_the_repeat
     assert stats.compare(steady, "real", "dummy", "output_tok_s").verdict == stats.WORSE
 
 
-def test_a_repeat_with_arms_at_once_is_refused_before_any_worker_starts(tmp_path, monkeypatch):
-    def no_worker(*args, **kwargs):
-        raise AssertionError("a worker started before the refusal")
-    monkeypatch.setattr(supervisor.ArmWorker, "__init__", no_worker)
-    exp = lk.Experiment("repeat", {"a": {}, "b": {"max_num_seqs": 2}}, lk.Workload(4, lk.Fixed(8), lk.Fixed(4),
-                        lk.Burst()), model="tiny-llama", results_dir=tmp_path)
-    with pytest.raises(BadParameter) as refused:
-        exp.run(progress=False, repeat=True, parallel=2, only=["b"])
-    assert "run without parallel, control or a cluster" in str(refused.value)
-    assert "the reference arm 'a' is not among the arms to run here" in str(refused.value)
-    assert not (tmp_path / "repeat" / "arms").exists()
-
-
 def test_cpu_arms_at_once_say_they_shared_the_host_and_different_nodes_are_named():
     cpu = {"cpu_count": 2, "platform": "cpu"}
     res = _results({"a": ([100.0, 101.0, 99.0], {"arms_at_once": 2, "placed_on": "cores 0", "node": "n1"}),
@@ -199,4 +186,8 @@ def test_arms_at_once_that_cannot_be_are_refused_before_any_worker_starts(tmp_pa
     with pytest.raises(BadParameter) as refused:
         exp.run(progress=False, control=True)  # on a CPU, one at a time: two reasons, both named
     assert "spread between GPUs" in str(refused.value) and "give parallel=2 or more" in str(refused.value)
+    with pytest.raises(BadParameter) as refused:  # a repeat of a reference left out, with arms at once
+        exp.run(progress=False, repeat=True, parallel=2, only=["b"])
+    assert "run without parallel, control or a cluster" in str(refused.value)
+    assert "the reference arm 'a' is not among the arms to run here" in str(refused.value)
     assert not (tmp_path / "at-once" / "arms").exists()
