@@ -16,8 +16,6 @@ The comparison of the reference with its own repeat keeps its verdict: it is the
 """
 from __future__ import annotations
 
-import pandas as pd
-
 REPEAT_SUFFIX = "-repeat"
 MARK = "(repeat)"  # ends the caution: what the conclusions look for to give this advice
 ADVICE = "rerun with the arms in another order, or on a quieter machine"
@@ -37,14 +35,10 @@ def repeated_reference(results) -> str | None:
 def drift(results, m) -> tuple[float, float] | None:
     """How far the repeat moved from its reference on metric `m`: (change, far end of its 95 % interval in
     absolute value); None without a complete repeat."""
-    from labkit.analyze.stats import compare_groups, groups
+    from labkit.analyze.stats import same_launch_move
 
     reference = repeated_reference(results)
-    if reference is None:
-        return None
-    c = compare_groups(groups(results, reference, m), groups(results, repeat_arm(reference), m), m)
-    ends = [abs(x) for x in (c.ci_low, c.ci_high, c.rel_change) if pd.notna(x)]
-    return (c.rel_change, max(ends)) if ends else None
+    return None if reference is None else same_launch_move(results, reference, repeat_arm(reference), m)
 
 
 def _applies(results, baseline_arm: str, arm: str) -> str | None:

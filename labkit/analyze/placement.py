@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
-
 from labkit.analyze.arm_facts import arm_fact
 
 CONTROL_SUFFIX = "-control"
@@ -44,15 +42,13 @@ def different_gpus(results, baseline_arm: str, arm: str) -> tuple[tuple, tuple] 
 def spread(results, m, baseline_arm: str) -> tuple[float, float] | None:
     """The control's relative change against the reference arm on metric `m` as (change, far end of its 95 %
     interval in absolute value); None without a complete control on another GPU."""
-    from labkit.analyze.stats import compare_groups, groups
+    from labkit.analyze.stats import same_launch_move
 
     control = control_arm(baseline_arm)
     if control not in results.complete_arms or baseline_arm not in results.complete_arms \
             or not different_gpus(results, baseline_arm, control):
         return None
-    c = compare_groups(groups(results, baseline_arm, m), groups(results, control, m), m)
-    ends = [abs(x) for x in (c.ci_low, c.ci_high, c.rel_change) if pd.notna(x)]
-    return (c.rel_change, max(ends)) if ends else None
+    return same_launch_move(results, baseline_arm, control, m)
 
 
 def _reference_for(results, baseline_arm: str, arm: str) -> str:

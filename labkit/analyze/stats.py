@@ -322,6 +322,14 @@ def t_quantile(df: int) -> float:
             + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
 
 
+def same_launch_move(results, arm: str, again: str, m: Metric) -> tuple[float, float] | None:
+    """How far one launch moved between two arms that ran it (a control on another GPU, a repeat later in the
+    run): (change, far end of its 95 % interval in absolute value); None where nothing can be said."""
+    c = compare_groups(groups(results, arm, m), groups(results, again, m), m)
+    ends = [abs(x) for x in (c.ci_low, c.ci_high, c.rel_change) if pd.notna(x)]
+    return (c.rel_change, max(ends)) if ends else None
+
+
 def compare(results, baseline_arm: str, candidate_arm: str, metric_name: str, threshold: float = 0.0) -> Comparison:
     """`compare_groups` on one metric between two complete arms of the results, aware of the machine: the
     comparison carries a caution where the arms' GPU clocks or slowdowns (labkit.analyze.gpu_state) or the
