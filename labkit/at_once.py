@@ -114,7 +114,7 @@ def run_on_ray(exp, todo: list, vocab: int, on_ray: dict, bar) -> None:
                 arm, launch, spec = pending.pop(0)
                 task = remote.options(**on_ray["requests"][arm].options()).remote(
                     exp._job((arm, launch, spec), vocab).__dict__, exp.arm_timeout_s, on_ray["cores"],
-                    on_ray["parallel"])
+                    on_ray["parallel"], ray_arms.driver_process())
                 running[task] = (arm, spec)
                 bar.write(f"arm {arm!r}: sent to the Ray cluster")
             ready, _ = ray.wait(list(running), num_returns=1)

@@ -138,6 +138,8 @@ def placement_facts(record: dict | None, gpu_uuids: list[str]) -> dict:
     cores, and how many arms ran at once."""
     record = record or placement_record(None, 1)
     facts = {"node": record["node"], "placed_on": record["placed_on"], "arms_at_once": record["arms_at_once"]}
+    if "niceness" in record:  # a Ray task that could not run its worker at the driver's niceness
+        facts["niceness"] = record["niceness"]
     if gpu_uuids:
         facts["gpu_uuids"] = list(gpu_uuids)
     return facts

@@ -39,13 +39,15 @@ def node_facts() -> dict:
 
 
 def notebook_on_node(notebook: str, parameters: dict, knobs: dict, secrets: list[str], stores: bytes | None,
-                     cell_limit_s: int | None) -> dict:
+                     cell_limit_s: int | None, driver: dict) -> dict:
     """A Ray task's body, on its node: one notebook executed by the suite's own runner in a folder of the node's,
-    from the driver's copy of its hardware's stores; returns the executed notebook, its status record, the stores
-    it changed (packed) and the journal lines it wrote."""
+    from the driver's copy of its hardware's stores, its kernel started as the driver would start it (`driver`:
+    ray_arms.driver_process()); returns the executed notebook, its status record, the stores it changed (packed),
+    the journal lines it wrote and what of the process still differs from the driver's."""
     import ray
 
     os.environ.pop(settings.VARIABLES["ray_address"], None)  # its arms run on this node, not on the cluster again
+    differs = ray_arms.as_the_driver_runs(driver)
     with tempfile.TemporaryDirectory(prefix="labkit-suite-") as work:
         run = Path(work)
         if stores:
@@ -61,7 +63,7 @@ def notebook_on_node(notebook: str, parameters: dict, knobs: dict, secrets: list
         return {"node": ray.get_runtime_context().get_node_id()[:12],
                 "status": read_record(run / f"{slug}.status.json", "status"),
                 "notebook": executed.read_bytes() if executed.exists() else None, "stores": changed,
-                "journal": journal.read_text() if journal.exists() else ""}
+                "journal": journal.read_text() if journal.exists() else "", "differs": differs}
 
 
 def whole_node(node: dict) -> dict:
@@ -163,7 +165,7 @@ def run_on_cluster(address: str, selection: list[str] | None = None, profile: st
                     stores = ray_arms.pack(runs[hw] / "results") if (runs[hw] / "results").is_dir() else None
                     task = task_of.options(**whole_node(node_of[node_id])).remote(
                         str(nb.relative_to(NOTEBOOKS)), parameters, knobs, secrets, stores,
-                        CELL_LIMITS_S.get(profiles[hw]))
+                        CELL_LIMITS_S.get(profiles[hw]), ray_arms.driver_process())
                     running[task] = (node_id, hw, nb, time.monotonic())
                     busy.add(node_id)
                     if progress:
@@ -202,7 +204,8 @@ def _collect(task, run: Path, nb: Path, node_id: str, seconds: float, secrets: l
         journal.parent.mkdir(parents=True, exist_ok=True)
         with open(journal, "a") as handle:
             handle.write(answer["journal"])
-    write_json_atomic(run / f"{_slug(nb)}.status.json", {**answer["status"], "node": answer["node"]}, secrets=secrets)
+    write_json_atomic(run / f"{_slug(nb)}.status.json", {**answer["status"], "node": answer["node"], **answer["differs"]},
+                      secrets=secrets)
     if progress:
         state = answer["status"]["status"]
         print(f"{nb.relative_to(NOTEBOOKS)} {state} on node {answer['node']} in {seconds:.0f} s", flush=True)

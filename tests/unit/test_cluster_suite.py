@@ -44,7 +44,7 @@ def test_the_nodes_files_are_put_in_place_and_a_store_is_replaced_whole(tmp_path
     (node_store / "new-arm.json").write_text('{"arm": "new"}')
     answer = {"node": "a1b2c3d4e5f6", "status": {"notebook": "00_quickstart.ipynb", "status": "ok", "seconds": 3.0},
               "notebook": b'{"cells": []}', "stores": {"quickstart-smoke": ray_arms.pack(node_store)},
-              "journal": '{"change": "x"}\n'}
+              "journal": '{"change": "x"}\n', "differs": {"niceness": 15}}
     _ray_answering(monkeypatch, answer=answer)
     with settings.use(settings.current().replace(journal=tmp_path / "journal.jsonl")):
         on_ray._collect(object(), run, NOTEBOOK, "a1b2c3d4e5f6a7b8", 3.0, [], progress=False)
@@ -53,4 +53,6 @@ def test_the_nodes_files_are_put_in_place_and_a_store_is_replaced_whole(tmp_path
     assert not list((run / "results").glob(".*"))  # no staging or replaced copy left beside the stores
     assert (run / "00_quickstart.ipynb").read_bytes() == b'{"cells": []}'
     assert (tmp_path / "journal.jsonl").read_text() == '{"change": "x"}\n'
-    assert json.loads((run / "00_quickstart.status.json").read_text())["node"] == "a1b2c3d4e5f6"
+    status = json.loads((run / "00_quickstart.status.json").read_text())
+    # the node and, where the task could not run its kernel as the driver's would, what differed
+    assert status["node"] == "a1b2c3d4e5f6" and status["niceness"] == 15
