@@ -5,8 +5,10 @@ Arms measured one after another differ by their order as well as by their launch
 its predecessors wrote (vLLM's compile cache, FlashInfer's and Triton's kernels, the page cache), a GPU that
 has warmed up, a host whose other work came or went. On one H100 the dummy-weights arm, run second from the
 compile cache the real-weights arm had just written, decoded 24.7 % slower, and nothing in that run could tell
-its weights from its order (data/baselines/h100/real-vs-dummy-2026-12-06). The repeat measures how far the same
-launch moved between the first and the last arm:
+its weights from its order (data/baselines/h100/real-vs-dummy-2026-12-06). Run again with the repeat on another
+H100 (real-vs-dummy-2026-12-07), the same launch moved up to 19 % between first and last, and dummy weights
+showed no detectable difference. The repeat measures how far the same launch moved between the first and the
+last arm:
 
 - a verdict between arms of that run says how far the repeat moved;
 - it is *too noisy to judge here* when the repeat moved as far as the change (the far end of its 95 % interval

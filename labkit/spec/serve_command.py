@@ -15,8 +15,8 @@ from labkit.redact import redact, redacted_repr, secret_values
 from labkit.spec.knobs import ARM_VARIABLE_PREFIXES, KNOBS
 
 # engine arguments that do not change what is measured (where the weights come from, names, logging); a
-# load_format of "dummy" does (random weights decoded 24.7 % slower than real ones on one H100,
-# data/baselines/h100/real-vs-dummy-2026-12-06): to_knobs keeps it as the dummy_weights knob
+# load_format of "dummy" may (whether random weights run at the real ones' speed is an experiment,
+# L3_kernel/real_vs_dummy_weights, not an assumption): to_knobs keeps it as the dummy_weights knob
 NO_EFFECT = {"model", "served_model_name", "tokenizer", "revision", "tokenizer_revision", "code_revision",
              "download_dir", "trust_remote_code", "seed", "load_format", "disable_log_stats", "enable_log_requests",
              "hf_token", "hf_overrides", "config_format", "tokenizer_mode", "max_logprobs"}
