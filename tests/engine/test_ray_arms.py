@@ -93,6 +93,11 @@ def test_a_lost_worker_and_a_killed_driver_are_recorded_and_a_rerun_completes(cl
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     worker = _wait_for_engine()
     below = worker.children(recursive=True)
+    # the arm's worker and engine run as the driver's would, not at the niceness and OMP_NUM_THREADS Ray gives a
+    # task's process (15, and the task's one CPU)
+    assert {p.nice() for p in below} == {os.getpriority(os.PRIO_PROCESS, 0)}, [(p.pid, p.nice()) for p in below]
+    arm_worker = worker.children()[0]
+    assert arm_worker.environ().get("OMP_NUM_THREADS") == os.environ.get("OMP_NUM_THREADS"), arm_worker.environ()
     worker.send_signal(signal.SIGKILL)
     out, _ = driver.communicate(timeout=120)
     assert driver.returncode == 0 and "driver done" in out, out[-3000:]
