@@ -33,6 +33,7 @@ from labkit.store import read_record
 from labkit.redact import REDACTED, redact, redact_text, secret_values
 
 NOTEBOOKS = settings.NOTEBOOKS
+KERNEL_DIED_AT_START = "Kernel died before replying to kernel_info"  # jupyter_client's words
 READERS = ("explore.ipynb",)  # notebooks that read the stores the others write, and measure nothing
 # Notebooks whose checks order one arm's loads by their timings (more prompt tokens, a later first token): with
 # notebooks at once, the cores other processes kept busy (the sibling notebook's among them) slowed whole short
@@ -209,10 +210,12 @@ def run_notebook(nb: Path, run: Path, parameters: dict, knobs: dict, secrets: li
             error = None
         except Exception as exc:  # papermill keeps the executed copy with the failing cell; the suite goes on
             error = f"{type(exc).__name__}: {str(exc)[-2000:]}"
-            if attempt == 0 and type(exc).__name__ == "CellTimeoutError":
-                # seen on a 2-core machine: a kernel idle, its cell's reply not seen by papermill until the
-                # limit (one cause found and removed: output captured into an ipywidgets Output, see
-                # present/explore.py). Arms already measured are read back from the store: a second run is cheap
+            if attempt == 0 and (type(exc).__name__ == "CellTimeoutError" or KERNEL_DIED_AT_START in str(exc)):
+                # a cell timed out: seen on a 2-core machine, a kernel idle, its cell's reply not seen by
+                # papermill until the limit (one cause found and removed: output captured into an ipywidgets
+                # Output, see present/explore.py); arms already measured are read back from the store, so a
+                # second run is cheap. A kernel that died at its start ran nothing: two kernels started at once
+                # (notebooks at once) can race for the same ports (seen: the quickstart's kernel, 2 s in)
                 retried = error.splitlines()[0][:300]
                 continue
         break

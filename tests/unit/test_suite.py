@@ -175,3 +175,37 @@ def test_a_stuck_cell_fails_its_attempt_at_the_profiles_limit_and_the_notebook_r
     status = _json.loads((run / "slow.status.json").read_text())
     assert error is None and status["status"] == "ok", status
     assert status["retried_after"].startswith("CellTimeoutError") and status["seconds"] < 50
+
+
+def test_a_kernel_that_died_at_its_start_is_started_once_more(tmp_path, monkeypatch):
+    """Two kernels started at once can race for the same ports, and one dies before it answers (seen in a clean
+    clone's suite: the quickstart failed 2 s in, and explore after it). Nothing ran: the notebook runs once more,
+    and its status says why; a second death is the notebook's error."""
+    import json as _json
+
+    import nbformat
+    import papermill
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), folder / "quick.ipynb")
+    monkeypatch.setattr(suite, "NOTEBOOKS", folder)
+    starts = []
+
+    def execute(source, output, **_):  # papermill as it answers a kernel that died at its start, then as it runs
+        starts.append(output)
+        if len(starts) == 1 or "again" in output:
+            raise RuntimeError(suite.KERNEL_DIED_AT_START)
+        nbformat.write(nbformat.read(source, as_version=4), output)
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    run = tmp_path / "run"
+    run.mkdir()
+    assert suite.run_notebook(folder / "quick.ipynb", run, {}, {}, [], settings.current()) is None
+    status = _json.loads((run / "quick.status.json").read_text())
+    assert status["status"] == "ok" and status["retried_after"] == f"RuntimeError: {suite.KERNEL_DIED_AT_START}"
+    assert len(starts) == 2
+
+    (folder / "quick.ipynb").rename(folder / "again.ipynb")  # this one dies at every start
+    error = suite.run_notebook(folder / "again.ipynb", run, {}, {}, [], settings.current())
+    assert error == f"RuntimeError: {suite.KERNEL_DIED_AT_START}" and len(starts) == 4
