@@ -185,14 +185,14 @@ def as_the_driver_runs(driver: dict) -> dict:
     the task's CPUs (1 for a GPU arm) where it was unset. Seen on one H100 (vLLM 0.26, the 8B shape eager,
     16 clients): through Ray as it was, TPOT P50 28-31 ms against 18.5-19 ms for the same launch started by the
     driver. Returns what still differs (an unprivileged process may not lower its niceness): the arm records it."""
-    if driver.get("omp_threads") is None:
+    if driver["omp_threads"] is None:
         os.environ.pop("OMP_NUM_THREADS", None)
     else:
         os.environ["OMP_NUM_THREADS"] = driver["omp_threads"]
     with contextlib.suppress(PermissionError):
-        os.setpriority(os.PRIO_PROCESS, 0, driver.get("niceness", 0))
+        os.setpriority(os.PRIO_PROCESS, 0, driver["niceness"])
     niceness = os.getpriority(os.PRIO_PROCESS, 0)
-    return {} if niceness == driver.get("niceness", 0) else {"niceness": niceness}
+    return {} if niceness == driver["niceness"] else {"niceness": niceness}
 
 
 def run_arm_on_node(job: dict, timeout_s: float, cores_per_arm: int, arms_at_once: int, driver: dict) -> dict:
